@@ -1,0 +1,307 @@
+"""Host-device synchronization: hazards seen on any device, and real syncs counted on CUDA.
+
+A *sync hazard* is an ATen call that forces the host to wait for an accelerator: its output shape depends on
+tensor data (PyTorch tags these `torch.Tag.dynamic_output_shape`: nonzero, _unique2, masked_select, ...), or it
+returns tensor data to Python (`torch.Tag.data_dependent_output`: `_local_scalar_dense`, i.e. `.item()` and
+`bool(tensor)`; `equal`). Hazards are counted through a `TorchDispatchMode`, so they show up on the CPU too,
+where nothing actually waits: the figure says what the same program would do on a GPU.
+
+What the dispatch mode sees, and what it does not:
+
+- It sees ATen calls after autograd, so when `backward()` runs inside the counted region the backward ops are
+  counted as well (the autograd engine carries the mode to its worker threads).
+- It sees the ops of the device the code ran on. A few ATen kernels take different paths per device (on the CPU
+  `one_hot` with an explicit `num_classes` checks the label range with two `.item()` calls), so CPU counts can
+  differ from CUDA counts for such ops.
+- It never sees inside a compiled region. torch.compile's dynamo refuses to run while a non-infra dispatch mode is
+  active ("non-infra torch dispatch mode present, this is not supported today in torch.compile") and falls back
+  to eager; the counter makes this explicit and version-independent with `torch.compiler.set_stance
+  ("force_eager")`. The counts are therefore always those of the *eager program*, and `HazardCounts.eager` says
+  so; they are not a claim about the syncs left in compiled code (count those with `count_cuda_syncs` on a GPU).
+
+Precision beyond the tags: `aten.index.Tensor` is tagged as a whole but only syncs when an index is a boolean
+(or uint8) mask; integer indexing is asynchronous. `aten.index_put_` (what `x[mask] = v` dispatches to) is not
+tagged, yet with a boolean mask it calls nonzero inside the kernel. `repeat_interleave.Tensor` is asynchronous
+when `output_size` is given. A blocking copy from an accelerator to the CPU (`.cpu()`, `.tolist()`) is a sync.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from pitfalls.probes._cuda import cuda_unavailable_reason
+from pitfalls.probes.result import Unavailable
+
+__all__ = [
+    "CUDA_SYNC_WARNING",
+    "HazardCounts",
+    "SyncCount",
+    "SyncHazardCounter",
+    "count_cuda_syncs",
+    "count_hazards",
+    "hazard_label",
+]
+
+HAZARD_TAGS = (torch.Tag.dynamic_output_shape, torch.Tag.data_dependent_output)
+
+# The text of PyTorch's TORCH_WARN in c10/cuda warn_or_error_on_sync(), raised once per synchronizing call when
+# torch.cuda.set_sync_debug_mode("warn") is on.
+CUDA_SYNC_WARNING = "called a synchronizing CUDA operation"
+
+_MASK_DTYPES = (torch.bool, torch.uint8)
+_INDEX_OPS = frozenset({"aten.index.Tensor"})
+_INDEX_PUT_OPS = frozenset(
+    {"aten.index_put_.default", "aten.index_put.default", "aten._index_put_impl_.default"}
+)
+
+
+def _has_mask_index(indices: object) -> bool:
+    # Advanced indexing passes a list with one entry per indexed dimension; None marks a dimension taken whole.
+    if not isinstance(indices, (list, tuple)):
+        return False
+    return any(isinstance(i, torch.Tensor) and i.dtype in _MASK_DTYPES for i in indices)
+
+
+def _is_blocking_device_to_host_copy(name: str, args: tuple, kwargs: Mapping[str, Any]) -> bool:
+    if name == "aten._to_copy.default":
+        src = args[0]
+        target = kwargs.get("device")
+        return (
+            isinstance(src, torch.Tensor)
+            and src.device.type not in ("cpu", "meta")
+            and target is not None
+            and torch.device(target).type == "cpu"
+            and not kwargs.get("non_blocking", False)
+        )
+    if name == "aten.copy_.default":
+        dst, src = args[0], args[1]
+        non_blocking = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
+        return (
+            isinstance(dst, torch.Tensor)
+            and isinstance(src, torch.Tensor)
+            and dst.device.type == "cpu"
+            and src.device.type not in ("cpu", "meta")
+            and not non_blocking
+        )
+    return False
+
+
+def hazard_label(func: torch._ops.OpOverload, args: tuple, kwargs: Mapping[str, Any]) -> str | None:
+    """Name the sync hazard an ATen call is, or return None when the call is asynchronous.
+
+    Args:
+        func: the ATen overload being dispatched.
+        args: its positional arguments.
+        kwargs: its keyword arguments.
+
+    Returns:
+        The op's name (e.g. "aten.nonzero.default"), qualified for the mask forms of indexing
+        ("aten.index.Tensor (bool mask)") and copies ("aten._to_copy.default (device to host)"), or None.
+    """
+    name = str(func)
+    if name in _INDEX_OPS or name in _INDEX_PUT_OPS:
+        indices = args[1] if len(args) > 1 else kwargs.get("indices")
+        return f"{name} (bool mask)" if _has_mask_index(indices) else None
+    if name == "aten.repeat_interleave.Tensor":
+        return None if kwargs.get("output_size") is not None else name
+    if _is_blocking_device_to_host_copy(name, args, kwargs):
+        return f"{name} (device to host)"
+    if any(tag in func.tags for tag in HAZARD_TAGS):
+        return name
+    return None
+
+
+@dataclass(frozen=True)
+class HazardCounts:
+    """Sync-hazard counts seen in one counted region.
+
+    Attributes:
+        counts: (label, count) pairs sorted by label; see `hazard_label` for the labels.
+        eager: always True: the counts are those of the eager program (compiled regions run eagerly while
+            counting), stated so that a report never passes them off as compiled-code figures.
+    """
+
+    counts: tuple[tuple[str, int], ...] = ()
+    eager: bool = field(default=True)
+
+    @property
+    def total(self) -> int:
+        """The number of hazard calls of every kind."""
+        return sum(n for _, n in self.counts)
+
+    def as_dict(self) -> dict[str, int]:
+        """Return the counts as a new dict from label to count."""
+        return dict(self.counts)
+
+    def get(self, label: str) -> int:
+        """Return the count for one label (0 when it was not seen)."""
+        return self.as_dict().get(label, 0)
+
+    def __str__(self) -> str:
+        inner = ", ".join(f"{label}: {n}" for label, n in self.counts)
+        return f"{self.total} sync hazards ({inner})" if inner else "0 sync hazards"
+
+
+class SyncHazardCounter(TorchDispatchMode):
+    """Count sync-hazard ATen calls made inside a `with` block.
+
+    Args:
+        label_ranges: also wrap each hazard call in a `torch.profiler.record_function("sync-hazard: <label>")`
+            range, so a profiler trace shows where the hazards are.
+
+    Use `.result` after the block. Compiled functions called inside run eagerly (see the module docstring).
+    """
+
+    def __init__(self, *, label_ranges: bool = False) -> None:
+        super().__init__()
+        self._label_ranges = bool(label_ranges)
+        self._counter: Counter[str] = Counter()
+        self._stack: contextlib.ExitStack | None = None
+
+    def __enter__(self) -> SyncHazardCounter:
+        self._counter.clear()
+        stack = contextlib.ExitStack()
+        set_stance = getattr(torch.compiler, "set_stance", None)
+        if set_stance is not None:
+            stack.enter_context(set_stance("force_eager"))
+        try:
+            super().__enter__()
+        except BaseException:
+            stack.close()
+            raise
+        self._stack = stack
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            super().__exit__(exc_type, exc, tb)
+        finally:
+            if self._stack is not None:
+                self._stack.close()
+                self._stack = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 (torch's protocol)
+        kwargs = kwargs or {}
+        label = hazard_label(func, args, kwargs)
+        if label is None:
+            return func(*args, **kwargs)
+        self._counter[label] += 1
+        if not self._label_ranges:
+            return func(*args, **kwargs)
+        # Inside __torch_dispatch__ this mode is off, so record_function's own ops do not come back here.
+        with torch.profiler.record_function(f"sync-hazard: {label}"):
+            return func(*args, **kwargs)
+
+    @property
+    def result(self) -> HazardCounts:
+        """The counts so far, as an immutable `HazardCounts`."""
+        return HazardCounts(counts=tuple(sorted(self._counter.items())))
+
+
+def count_hazards(fn: Callable[..., object], *args: object, **kwargs: object) -> HazardCounts:
+    """Call `fn(*args, **kwargs)` once and count the sync hazards it dispatches.
+
+    Args:
+        fn: any callable; a torch.compile'd one runs eagerly while counted.
+        *args: positional arguments for fn.
+        **kwargs: keyword arguments for fn.
+
+    Returns:
+        The `HazardCounts` of that one call (forward and, if fn runs it, backward).
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}: {fn!r}")
+    with SyncHazardCounter() as counter:
+        fn(*args, **kwargs)
+    return counter.result
+
+
+@dataclass(frozen=True)
+class SyncCount:
+    """Host-device synchronizations counted on CUDA.
+
+    Attributes:
+        total: synchronizing CUDA calls seen over all counted calls.
+        calls: how many calls of the function were counted.
+        method: how they were counted ("sync debug mode").
+    """
+
+    total: int
+    calls: int
+    method: str
+
+    @property
+    def per_call(self) -> float:
+        """Synchronizations per call of the function."""
+        return self.total / self.calls
+
+
+def _check_counts(calls: object, warmup: object) -> None:
+    if isinstance(calls, bool) or not isinstance(calls, int) or calls < 1:
+        raise ValueError(f"calls must be an int >= 1, got {calls!r}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+
+
+def count_cuda_syncs(
+    fn: Callable[[], object],
+    *,
+    calls: int = 1,
+    warmup: int = 1,
+    cuda: Any = None,
+) -> SyncCount | Unavailable:
+    """Count the synchronizing CUDA calls `fn()` makes, with PyTorch's sync debug mode.
+
+    Warm-up calls run before counting, so one-off syncs (lazy initialisation, cuDNN autotuning, compilation)
+    stay out of the figure. The previous debug mode is always restored. PyTorch flags the syncs it instruments
+    (blocking copies to the host, `.item()`, nonzero, stream and event waits); `torch.cuda.synchronize()` itself
+    is not flagged.
+
+    Args:
+        fn: a zero-argument callable that launches the CUDA work of one call.
+        calls: calls to count (>= 1).
+        warmup: calls to run first, uncounted (>= 0).
+        cuda: the `torch.cuda`-like module to use; tests pass a fake. None means torch.cuda, after checking
+            that torch was built with CUDA and a device is present.
+
+    Returns:
+        A `SyncCount`, or `Unavailable("no CUDA device")` / `Unavailable("torch built without CUDA")`.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}: {fn!r}")
+    _check_counts(calls, warmup)
+    if cuda is None:
+        reason = cuda_unavailable_reason()
+        if reason is not None:
+            return Unavailable(reason)
+        cuda = torch.cuda
+    for _ in range(warmup):
+        fn()
+    cuda.synchronize()
+    previous = cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        # "always": Python would otherwise show a warning from the same code location only once.
+        warnings.simplefilter("always")
+        cuda.set_sync_debug_mode("warn")
+        try:
+            for _ in range(calls):
+                fn()
+        finally:
+            cuda.set_sync_debug_mode(previous)
+    cuda.synchronize()
+    total = sum(1 for w in caught if CUDA_SYNC_WARNING in str(w.message))
+    return SyncCount(total=total, calls=calls, method="sync debug mode")

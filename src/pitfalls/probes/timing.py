@@ -1,0 +1,234 @@
+"""Time a callable: host wall time (torch.utils.benchmark), CUDA-event time, and interleaved speedup.
+
+Warm-up calls always run before anything is timed, so first-call costs (lazy CUDA init, cuDNN autotuning,
+torch.compile) never enter a steady-state figure; measure those separately (see `compiled.py`).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.benchmark import Timer
+
+from pitfalls.probes._cuda import cuda_unavailable_reason
+from pitfalls.probes.result import Unavailable
+
+__all__ = [
+    "CudaEventTiming",
+    "Speedup",
+    "WallTiming",
+    "cuda_event_time",
+    "interleaved_speedup",
+    "wall_time",
+]
+
+
+def _check_int(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+
+
+def _check_callable(name: str, value: object) -> None:
+    if not callable(value):
+        raise TypeError(f"{name} must be callable, got {type(value).__name__}: {value!r}")
+
+
+@dataclass(frozen=True)
+class WallTiming:
+    """Host wall time per call, from `torch.utils.benchmark.Timer.blocked_autorange`.
+
+    Attributes:
+        median_s: median seconds per call.
+        iqr_s: interquartile range of the per-block times, seconds per call.
+        blocks: how many timed blocks were measured.
+        calls_per_block: calls in each block (chosen by the Timer).
+        num_threads: torch intra-op threads during the measurement.
+    """
+
+    median_s: float
+    iqr_s: float
+    blocks: int
+    calls_per_block: int
+    num_threads: int
+
+
+def wall_time(fn: Callable[[], object], *, warmup: int = 1, min_run_time: float = 0.2) -> WallTiming:
+    """Measure host wall time per call of `fn()` with `torch.utils.benchmark.Timer`.
+
+    The Timer synchronizes any present accelerator at each clock reading, so time spent on the GPU is included.
+    It runs with the process's current torch thread count (the Timer's default of one thread would time a
+    different program on the CPU).
+
+    Args:
+        fn: a zero-argument callable; one call is one unit of work.
+        warmup: untimed calls made first (>= 0).
+        min_run_time: seconds to spend measuring (> 0).
+
+    Returns:
+        A `WallTiming`.
+    """
+    _check_callable("fn", fn)
+    _check_int("warmup", warmup, 0)
+    if isinstance(min_run_time, bool) or not isinstance(min_run_time, (int, float)) or min_run_time <= 0:
+        raise ValueError(f"min_run_time must be a number of seconds > 0, got {min_run_time!r}")
+    for _ in range(warmup):
+        fn()
+    threads = torch.get_num_threads()
+    timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads)
+    m = timer.blocked_autorange(min_run_time=float(min_run_time))
+    return WallTiming(
+        median_s=m.median,
+        iqr_s=m.iqr,
+        blocks=len(m.raw_times),
+        calls_per_block=m.number_per_run,
+        num_threads=threads,
+    )
+
+
+@dataclass(frozen=True)
+class CudaEventTiming:
+    """Device time per call measured between CUDA events.
+
+    Attributes:
+        median_ms: median milliseconds per call.
+        times_ms: each call's milliseconds, in order.
+    """
+
+    median_ms: float
+    times_ms: tuple[float, ...]
+
+
+def cuda_event_time(
+    fn: Callable[[], object],
+    *,
+    calls: int = 10,
+    warmup: int = 1,
+    cuda: Any = None,
+) -> CudaEventTiming | Unavailable:
+    """Time each call of `fn()` with a pair of CUDA events on the current stream.
+
+    Events measure device time between the two records: host-side gaps between kernels count, work on other
+    streams does not.
+
+    Args:
+        fn: a zero-argument callable that launches CUDA work.
+        calls: timed calls (>= 1).
+        warmup: untimed calls first (>= 0).
+        cuda: the `torch.cuda`-like module (needs `Event(enable_timing=True)` and `synchronize()`); tests pass a
+            fake. None means torch.cuda after checking CUDA can be used.
+
+    Returns:
+        A `CudaEventTiming`, or `Unavailable` with the reason ("no CUDA device", "torch built without CUDA").
+    """
+    _check_callable("fn", fn)
+    _check_int("calls", calls, 1)
+    _check_int("warmup", warmup, 0)
+    if cuda is None:
+        reason = cuda_unavailable_reason()
+        if reason is not None:
+            return Unavailable(reason)
+        cuda = torch.cuda
+    for _ in range(warmup):
+        fn()
+    pairs = []
+    for _ in range(calls):
+        start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        pairs.append((start, end))
+    # One sync at the end: syncing per call would add host gaps the events would then measure.
+    cuda.synchronize()
+    times = tuple(float(s.elapsed_time(e)) for s, e in pairs)
+    return CudaEventTiming(median_ms=statistics.median(times), times_ms=times)
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """The result of timing a baseline and a candidate interleaved.
+
+    Attributes:
+        ratio: median of the per-round ratios baseline_time / candidate_time; > 1 means the candidate is faster.
+        ratios: each round's ratio, in order.
+        baseline_median_s: median baseline seconds per call.
+        candidate_median_s: median candidate seconds per call.
+        rounds: rounds timed.
+    """
+
+    ratio: float
+    ratios: tuple[float, ...]
+    baseline_median_s: float
+    candidate_median_s: float
+    rounds: int
+
+
+def _no_sync() -> None:
+    return None
+
+
+def interleaved_speedup(
+    baseline: Callable[[], object],
+    candidate: Callable[[], object],
+    *,
+    rounds: int = 10,
+    warmup: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
+    sync: Callable[[], object] = _no_sync,
+) -> Speedup:
+    """Time baseline and candidate alternately (A B A B ...) in one process and compare them round by round.
+
+    Interleaving exposes both to the same machine drift (clock boost, thermal state, noisy neighbours), and the
+    median of per-round ratios ignores the odd disturbed round.
+
+    Args:
+        baseline: zero-argument callable, the reference (e.g. the naive variant).
+        candidate: zero-argument callable to compare against it.
+        rounds: timed rounds (>= 1); each times one call of each.
+        warmup: untimed rounds first (>= 0).
+        clock: seconds as a float; inject a fake in tests.
+        sync: called before each clock reading, e.g. a CUDA synchronize, so device work is inside the timing.
+
+    Returns:
+        A `Speedup`.
+    """
+    _check_callable("baseline", baseline)
+    _check_callable("candidate", candidate)
+    _check_callable("clock", clock)
+    _check_callable("sync", sync)
+    _check_int("rounds", rounds, 1)
+    _check_int("warmup", warmup, 0)
+    for _ in range(warmup):
+        baseline()
+        candidate()
+
+    def timed(fn: Callable[[], object]) -> float:
+        sync()
+        start = clock()
+        fn()
+        sync()
+        return clock() - start
+
+    base_times, cand_times, ratios = [], [], []
+    for i in range(rounds):
+        b = timed(baseline)
+        c = timed(candidate)
+        if b <= 0 or c <= 0:
+            raise ValueError(
+                f"clock reported a non-positive duration in round {i} (baseline {b!r} s, candidate {c!r} s); "
+                "the clock is too coarse or not monotonic"
+            )
+        base_times.append(b)
+        cand_times.append(c)
+        ratios.append(b / c)
+    return Speedup(
+        ratio=statistics.median(ratios),
+        ratios=tuple(ratios),
+        baseline_median_s=statistics.median(base_times),
+        candidate_median_s=statistics.median(cand_times),
+        rounds=rounds,
+    )

@@ -1,0 +1,242 @@
+"""Article 004: a balanced positive/negative sampler, with dynamic shapes (naive) and static shapes.
+
+From N labelled items pick K (``num_samples``): K/2 positives (label 1) and K/2 negatives (label 0), topping
+up from the other class when one is short; any other label (e.g. -1) is never picked. With P positives and Q
+negatives: ``pos = min(P, K/2)``, ``neg = min(Q, K/2)``; if ``neg < K/2`` then ``pos = min(P, K - neg)``, elif
+``pos < K/2`` then ``neg = min(Q, K - pos)``. The subset of each class is uniformly random, as is the order.
+
+``nonzero`` follows Detectron2's sampler: ``nonzero`` + ``randperm`` + ``cat`` + index. Its output length is only
+known once the device has counted the labels, so the host waits, it cannot be compiled into one graph, and a
+batch must be looped over in Python. ``static`` keeps every shape fixed: it always returns K slots plus a
+``valid`` mask, so it takes a whole batch in one call and compiles into one graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from pitfalls._checks import (
+    check_choice,
+    check_dtype,
+    check_ndim,
+    check_positive_int,
+    check_same_device,
+    check_tensor,
+)
+from pitfalls.devices import resolve_device
+
+POSITIVE = 1
+NEGATIVE = 0
+INVALID_LABEL = -1
+
+
+class SampleResult(NamedTuple):
+    """Sampled features [..., S, D], their labels [..., S] and which slots hold a real pick [..., S].
+
+    Slots that hold no pick (only when fewer than K items are eligible) have zero features, label -1 and
+    ``valid`` False.
+    """
+
+    features: Tensor
+    labels: Tensor
+    valid: Tensor
+
+
+def nonzero_sample(features: Tensor, labels: Tensor, num_samples: int) -> SampleResult:
+    """Detectron2-style sampling of one row [N, D] / [N]; returns ``pos + neg`` picks, all valid."""
+    half = num_samples // 2
+    # nonzero's output length is data-dependent: each call makes the host wait for the device.
+    positive = torch.nonzero(labels == POSITIVE, as_tuple=True)[0]
+    negative = torch.nonzero(labels == NEGATIVE, as_tuple=True)[0]
+    num_pos = min(positive.numel(), half)
+    num_neg = min(negative.numel(), half)
+    if num_neg < half:
+        num_pos = min(positive.numel(), num_samples - num_neg)
+    elif num_pos < half:
+        num_neg = min(negative.numel(), num_samples - num_pos)
+    pos_idx = positive[torch.randperm(positive.numel(), device=labels.device)[:num_pos]]
+    neg_idx = negative[torch.randperm(negative.numel(), device=labels.device)[:num_neg]]
+    picked = torch.cat([pos_idx, neg_idx])
+    picked = picked[torch.randperm(picked.numel(), device=labels.device)]
+    valid = torch.ones(picked.shape, dtype=torch.bool, device=labels.device)
+    return SampleResult(features[picked], labels[picked], valid)
+
+
+def nonzero_sample_batched(features: Tensor, labels: Tensor, num_samples: int) -> SampleResult:
+    """Sample a batch [B, N, D] / [B, N] the only way a dynamic-shape sampler can: one row at a time."""
+    rows = [nonzero_sample(features[i], labels[i], num_samples) for i in range(labels.shape[0])]
+    # Rows may pick fewer than K items; pad them to K slots so the batch stacks, as the static form returns.
+    return SampleResult(*(torch.stack(parts) for parts in zip(*(_pad(row, num_samples) for row in rows))))
+
+
+def _pad(row: SampleResult, num_samples: int) -> SampleResult:
+    missing = num_samples - row.labels.shape[0]
+    if missing == 0:
+        return row
+    features = torch.cat([row.features, row.features.new_zeros(missing, row.features.shape[-1])])
+    labels = torch.cat([row.labels, row.labels.new_full((missing,), INVALID_LABEL)])
+    valid = torch.cat([row.valid, row.valid.new_zeros(missing)])
+    return SampleResult(features, labels, valid)
+
+
+def static_sample(features: Tensor, labels: Tensor, num_samples: int) -> SampleResult:
+    """Fixed-shape sampling of one row [N, D] or a batch [B, N, D]; always K slots plus a ``valid`` mask."""
+    half = num_samples // 2
+    pos_mask = labels == POSITIVE
+    neg_mask = labels == NEGATIVE
+    num_pos_avail = torch.count_nonzero(pos_mask, dim=-1)
+    num_neg_avail = torch.count_nonzero(neg_mask, dim=-1)
+    num_pos = num_pos_avail.clamp(max=half)
+    num_neg = num_neg_avail.clamp(max=half)
+    # The same top-up rule as the naive form, as tensors: no value ever reaches the host.
+    neg_short = num_neg < half
+    pos_short = num_pos < half
+    num_pos = torch.where(neg_short, torch.minimum(num_pos_avail, num_samples - num_neg), num_pos)
+    num_neg = torch.where(~neg_short & pos_short, torch.minimum(num_neg_avail, num_samples - num_pos), num_neg)
+
+    # A random key per item, -1 for items of the other class: the top keys are a uniform random subset.
+    keys = torch.rand(labels.shape, device=labels.device)
+    k = min(num_samples, labels.shape[-1])
+    slots = torch.arange(k, device=labels.device)
+    pos_key, pos_idx = torch.topk(torch.where(pos_mask, keys, -1.0), k)
+    neg_key, neg_idx = torch.topk(torch.where(neg_mask, keys, -1.0), k)
+    # The host cannot know how many of the k candidates to keep, so it keeps all k and invalidates the rest.
+    pos_ok = slots < num_pos.unsqueeze(-1)
+    neg_ok = slots < num_neg.unsqueeze(-1)
+    candidates = torch.cat([pos_idx, neg_idx], dim=-1)
+    ok = torch.cat([pos_ok, neg_ok], dim=-1)
+    # A fresh key mixes the order: reusing the selection keys would put the larger class's picks first.
+    mix = torch.where(ok, torch.rand(ok.shape, device=labels.device), -1.0)
+    if mix.shape[-1] < num_samples:
+        # Fewer than K/2 items in all: pad so K slots can still be drawn; padding is never valid.
+        pad = num_samples - mix.shape[-1]
+        mix = torch.cat([mix, mix.new_full((*mix.shape[:-1], pad), -1.0)], dim=-1)
+        candidates = torch.cat([candidates, candidates.new_zeros((*candidates.shape[:-1], pad))], dim=-1)
+    mix_key, order = torch.topk(mix, num_samples)
+    picked = torch.gather(candidates, -1, order)
+    valid = mix_key >= 0
+    picked_features = torch.gather(features, -2, picked.unsqueeze(-1).expand(*picked.shape, features.shape[-1]))
+    picked_labels = torch.gather(labels, -1, picked)
+    return SampleResult(
+        torch.where(valid.unsqueeze(-1), picked_features, 0.0),
+        torch.where(valid, picked_labels, INVALID_LABEL),
+        valid,
+    )
+
+
+Sampler = Callable[[Tensor, Tensor, int], SampleResult]
+
+# Per variant: how it takes one row, and how it takes a batch.
+VARIANTS: dict[str, tuple[Sampler, Sampler]] = {
+    "nonzero": (nonzero_sample, nonzero_sample_batched),
+    "static": (static_sample, static_sample),
+}
+
+
+def check_inputs(features: Tensor, labels: Tensor, num_samples: int) -> None:
+    """Raise a clear error for inputs no variant accepts (metadata only: checking values would sync)."""
+    check_tensor("features", features)
+    check_tensor("labels", labels)
+    check_positive_int("num_samples", num_samples, even=True)
+    # Signed only: the -1 that marks an empty slot must be representable.
+    check_dtype("labels", labels, (torch.int64, torch.int32, torch.int16, torch.int8), "labels")
+    check_dtype("features", features, (torch.float16, torch.bfloat16, torch.float32, torch.float64), "features")
+    check_ndim("labels", labels, (1, 2), "[N] or a batch [B, N]")
+    check_ndim("features", features, (labels.ndim + 1,), f"{'[B, N, D]' if labels.ndim == 2 else '[N, D]'}")
+    if tuple(features.shape[:-1]) != tuple(labels.shape):
+        raise ValueError(
+            f"features has shape {tuple(features.shape)} and labels {tuple(labels.shape)}; "
+            "features must be labels' shape plus a feature dim"
+        )
+    check_same_device(features=features, labels=labels)
+
+
+def sample(variant: str, features: Tensor, labels: Tensor, num_samples: int) -> SampleResult:
+    """Pick ``num_samples`` balanced positives and negatives with one variant.
+
+    Args:
+        variant: one of ``VARIANTS`` (nonzero, static).
+        features: [N, D], or a batch [B, N, D].
+        labels: [N] or [B, N], integer; 1 positive, 0 negative, anything else never picked.
+        num_samples: K, a positive even int.
+
+    Returns:
+        ``SampleResult(features, labels, valid)``; ``static`` always has K slots, ``nonzero`` has ``pos + neg``
+        for one row and K (padded) for a batch.
+    """
+    single, batched = VARIANTS[check_choice("variant", variant, VARIANTS)]
+    check_inputs(features, labels, num_samples)
+    return (batched if labels.ndim == 2 else single)(features, labels, num_samples)
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """One sampling case: N items of ``feature_dim`` features, K = N // ratio picks, ``batch`` rows."""
+
+    variant: str = "nonzero"
+    n: int = 10_000
+    batch: int = 1
+    feature_dim: int = 16
+    ratio: int = 10
+    device: str = "cpu"
+    compiled: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_choice("variant", self.variant, VARIANTS)
+        check_positive_int("n", self.n)
+        check_positive_int("batch", self.batch)
+        check_positive_int("feature_dim", self.feature_dim)
+        check_positive_int("ratio", self.ratio)
+        check_positive_int("num_samples", self.num_samples, even=True)
+
+    @property
+    def num_samples(self) -> int:
+        return self.n // self.ratio
+
+
+def estimate_sample_bytes(n: int, batch: int, feature_dim: int = 16) -> int:
+    """Estimate the peak bytes of one sampling call: inputs plus the static form's keys, masks and top-k."""
+    items = n * batch
+    return items * (4 * feature_dim + 8 + 4 * 4 + 8 * 4)
+
+
+def seeded_items(n: int, batch: int, feature_dim: int, device: torch.device, seed: int) -> tuple[Tensor, Tensor]:
+    """Return the article's inputs: features ``randn``, labels ``randint(0, 2)``; one row or a batch."""
+    generator = torch.Generator().manual_seed(seed)
+    shape = (n,) if batch == 1 else (batch, n)
+    features = torch.randn(*shape, feature_dim, generator=generator)
+    labels = torch.randint(0, 2, shape, generator=generator)
+    return features.to(device), labels.to(device)
+
+
+class SampleCall:
+    """One sampling call of a variant on inputs built once; call with no arguments."""
+
+    def __init__(self, config: SamplerConfig) -> None:
+        self.config = config
+        self.device = resolve_device(config.device)
+        self.features, self.labels = seeded_items(config.n, config.batch, config.feature_dim, self.device, config.seed)
+        single, batched = VARIANTS[config.variant]
+        self.fn: Sampler = batched if config.batch > 1 else single
+        self.call: Sampler = torch.compile(self.fn) if config.compiled else self.fn
+
+    def __call__(self) -> SampleResult:
+        return self.call(self.features, self.labels, self.config.num_samples)
+
+
+def make_sample_call(config: SamplerConfig) -> SampleCall:
+    """Build a sampling call for one case.
+
+    Args:
+        config: variant, N, batch, feature dim, ratio N/K, device, compiled, seed.
+
+    Returns:
+        A zero-argument callable running one sampling call and returning its ``SampleResult``.
+    """
+    return SampleCall(config)
