@@ -1,0 +1,115 @@
+"""Render a page in headless Chromium, with every host but loopback unreachable, and return its DOM.
+
+Used to prove that the published site works with no network, and to take screenshots of it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+from urllib.parse import urlsplit
+
+CHROMIUM_NAMES = ("chromium", "chromium-browser")
+
+# Headless, no sandbox (we run as root in containers), and none of the background traffic Chromium starts on
+# its own (component updates, sync, field trials): without these it tries many outside connections.
+BASE_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--hide-scrollbars",
+)
+
+# Every name resolves to nothing and every connection goes through a proxy that is not there (port 9, discard),
+# except loopback, which Chromium never proxies: a CDN fetch cannot succeed, not even by accident.
+OFFLINE_FLAGS = (
+    "--proxy-server=127.0.0.1:9",
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE localhost",
+)
+
+
+def find_chromium() -> str | None:
+    """Return the path of a Chromium executable on PATH, or None."""
+    for name in CHROMIUM_NAMES:
+        path = shutil.which(name)
+        if path is not None:
+            return path
+    return None
+
+
+def render_page(
+    url: str,
+    screenshot_path: str | os.PathLike[str] | None = None,
+    *,
+    offline: bool = True,
+    window_size: tuple[int, int] = (1280, 900),
+    budget_ms: int = 10_000,
+    timeout_s: float = 120.0,
+) -> str:
+    """Load ``url`` in headless Chromium, let its scripts run, and return the rendered DOM.
+
+    Args:
+        url: an http(s) or file URL; hash routes (``index.html#summarylist``) are kept.
+        screenshot_path: where to write a PNG of the page, or None.
+        offline: block every host but loopback (the default), so the page proves it needs no network.
+        window_size: the viewport, width and height in pixels.
+        budget_ms: virtual time the page gets to run its scripts and XHRs before the DOM is taken.
+        timeout_s: wall-clock limit for Chromium; it is killed (with its child processes) past it.
+
+    Returns:
+        The page's DOM as HTML text, after its scripts ran.
+
+    Raises:
+        FileNotFoundError: no Chromium on PATH (Debian package ``chromium``).
+        RuntimeError: Chromium failed or timed out.
+    """
+    if not isinstance(url, str) or urlsplit(url).scheme not in ("http", "https", "file"):
+        raise ValueError(f"url={url!r} is not allowed; pass an http://, https:// or file:// URL")
+    width, height = window_size
+    if width <= 0 or height <= 0:
+        raise ValueError(f"window_size={window_size!r} is not allowed; both sides must be positive pixels")
+    if budget_ms <= 0:
+        raise ValueError(f"budget_ms={budget_ms!r} is not allowed; it must be positive")
+    chromium = find_chromium()
+    if chromium is None:
+        raise FileNotFoundError(
+            "no chromium on PATH; install the Debian package `chromium` (apt-get install -y chromium)"
+        )
+    with tempfile.TemporaryDirectory(prefix="pitfalls-chromium-") as profile:
+        command = [
+            chromium,
+            *BASE_FLAGS,
+            *(OFFLINE_FLAGS if offline else ()),
+            f"--window-size={width},{height}",
+            f"--user-data-dir={profile}",
+            f"--virtual-time-budget={budget_ms}",
+            "--dump-dom",
+        ]
+        if screenshot_path is not None:
+            target = Path(screenshot_path).resolve()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            command.append(f"--screenshot={target}")
+        command.append(url)
+        # A session of its own, so a timeout can end Chromium's helper processes too (they share its group).
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
+        try:
+            dom, errors = process.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise RuntimeError(f"chromium did not finish rendering {url} within {timeout_s} s") from None
+    if process.returncode != 0 or not dom.strip():
+        tail = "\n".join(errors.strip().splitlines()[-15:])
+        raise RuntimeError(f"chromium exited with code {process.returncode} rendering {url}:\n{tail}")
+    return dom
