@@ -1,0 +1,62 @@
+"""Measurement probes: each a small function or context manager, usable on its own and testable on the CPU.
+
+A figure that cannot be measured here is an `Unavailable` carrying the reason, never a 0.
+"""
+
+from pitfalls.probes.compiled import CompileReport, FirstCall, GraphBreak, compile_probe, first_call, reset_dynamo
+from pitfalls.probes.environment import environment
+from pitfalls.probes.nvml import MetricSummary, NvmlSampler, NvmlSummary, NvmlTarget, nvml_target
+from pitfalls.probes.report import ProbeFigure, probe_case, render
+from pitfalls.probes.result import Unavailable, is_available
+from pitfalls.probes.syncs import (
+    HazardCounts,
+    SyncCount,
+    SyncHazardCounter,
+    count_cuda_syncs,
+    count_hazards,
+    hazard_label,
+)
+from pitfalls.probes.timing import (
+    CudaEventTiming,
+    Speedup,
+    WallTiming,
+    cuda_event_time,
+    interleaved_speedup,
+    wall_time,
+)
+from pitfalls.probes.trace import TraceResult, export_trace, hazard_ranges
+
+__all__ = [
+    "CompileReport",
+    "CudaEventTiming",
+    "FirstCall",
+    "GraphBreak",
+    "HazardCounts",
+    "MetricSummary",
+    "NvmlSampler",
+    "NvmlSummary",
+    "NvmlTarget",
+    "ProbeFigure",
+    "Speedup",
+    "SyncCount",
+    "SyncHazardCounter",
+    "TraceResult",
+    "Unavailable",
+    "WallTiming",
+    "compile_probe",
+    "count_cuda_syncs",
+    "count_hazards",
+    "cuda_event_time",
+    "environment",
+    "export_trace",
+    "first_call",
+    "hazard_label",
+    "hazard_ranges",
+    "interleaved_speedup",
+    "is_available",
+    "nvml_target",
+    "probe_case",
+    "render",
+    "reset_dynamo",
+    "wall_time",
+]

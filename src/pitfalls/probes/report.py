@@ -1,0 +1,262 @@
+"""Run every probe on one case and show the figures as a table (what `pitfalls probe` prints).
+
+Order matters: a compiled case's first call is measured before anything else calls it, so it is the call that
+compiles. Figures that do not apply or cannot be measured here are `Unavailable` with the reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from rich.table import Table
+
+from pitfalls.probes._cuda import cuda_unavailable_reason, is_cuda_device, synchronize
+from pitfalls.probes.compiled import first_call
+from pitfalls.probes.nvml import MetricSummary, NvmlSampler, NvmlSummary
+from pitfalls.probes.result import Unavailable
+from pitfalls.probes.syncs import count_cuda_syncs, count_hazards
+from pitfalls.probes.timing import cuda_event_time, interleaved_speedup, wall_time
+from pitfalls.probes.trace import export_trace
+
+__all__ = ["CaseLike", "ProbeFigure", "probe_case", "render"]
+
+_MIB = 1024 * 1024
+
+
+class CaseLike(Protocol):
+    """What the probes need of a `pitfalls.cases.Case`."""
+
+    family: str
+    variant: str
+    device: torch.device
+    compiled: bool
+    params: dict[str, int]
+
+    def __call__(self) -> Any: ...
+
+
+@dataclass(frozen=True)
+class ProbeFigure:
+    """One measured figure of a case.
+
+    Attributes:
+        name: what it is, e.g. "time per call".
+        value: the number (or text), or `Unavailable` with the reason.
+        unit: e.g. "ms", "x", "ops", "%".
+        note: how to read it, when that is not obvious.
+    """
+
+    name: str
+    value: float | int | str | Unavailable
+    unit: str
+    note: str = ""
+
+
+def _check_positive(name: str, value: object, kind: type) -> None:
+    ok = isinstance(value, (int, float)) if kind is float else isinstance(value, int)
+    if isinstance(value, bool) or not ok or value <= 0:  # type: ignore[operator]
+        raise ValueError(f"{name} must be {'a number' if kind is float else 'an int'} > 0, got {value!r}")
+
+
+def _not_on_cuda(case: CaseLike) -> Unavailable:
+    reason = cuda_unavailable_reason()
+    return Unavailable(reason if reason is not None else f"case runs on {case.device}")
+
+
+def _build_baseline(case: CaseLike) -> CaseLike:
+    from pitfalls.cases import build_case
+    from pitfalls.registry import baseline
+
+    return build_case(case.family, baseline(case.family), device=str(case.device), compiled=case.compiled,
+                      **case.params)
+
+
+def _compile_figures(case: CaseLike, sync: Callable[[], None]) -> list[ProbeFigure]:
+    first = first_call(case, sync=sync)
+    reasons = "; ".join(
+        f"{b.reason} [{b.context}] x{b.count}" if b.context else f"{b.reason} x{b.count}" for b in first.breaks
+    )
+    return [
+        ProbeFigure("first call (compile + one run)", first.seconds, "s", "from a fresh dynamo state"),
+        ProbeFigure("graphs compiled", first.graphs, "graphs"),
+        ProbeFigure("graph breaks", first.graph_breaks, "breaks", reasons),
+    ]
+
+
+def _hazard_figures(case: CaseLike) -> list[ProbeFigure]:
+    counts = count_hazards(case)
+    note = "ops that would make the host wait for the device; eager program"
+    if case.compiled:
+        note += " (compiled code runs eagerly while counted)"
+    figures = [ProbeFigure("sync hazards per call", counts.total, "ops", note)]
+    figures += [ProbeFigure(f"  {label}", n, "ops") for label, n in counts.counts]
+    return figures
+
+
+def _nvml_figures(case: CaseLike, seconds: float, nvml: Any, sync: Callable[[], None]) -> list[ProbeFigure]:
+    names = [
+        ("GPU busy (NVML utilization, sampled)", "%", "mean; share of time any kernel ran, not SM occupancy"),
+        ("GPU busy (NVML driver samples)", "%", "mean of the driver's own samples in the window"),
+        ("GPU memory used (NVML)", "MiB", "max, all processes"),
+        ("GPU power (NVML)", "W", "mean"),
+        ("SM clock (NVML)", "MHz", "mean"),
+    ]
+    if not is_cuda_device(case.device):
+        missing = _not_on_cuda(case)
+        return [ProbeFigure(name, missing, unit, note) for name, unit, note in names]
+    with NvmlSampler(case.device, nvml=nvml) as sampler:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            case()
+            sync()
+    s = sampler.summary
+    if not isinstance(s, NvmlSummary):
+        return [ProbeFigure(name, s, unit, note) for name, unit, note in names]
+    def pick(metric: MetricSummary | Unavailable, stat: str) -> float | Unavailable:
+        return metric if isinstance(metric, Unavailable) else getattr(metric, stat)
+
+    metrics = [
+        pick(s.utilization_pct, "mean"),
+        pick(s.nvml_utilization_pct, "mean"),
+        pick(s.memory_used_mib, "max"),
+        pick(s.power_w, "mean"),
+        pick(s.sm_clock_mhz, "mean"),
+    ]
+    extra = f"; {s.failure}" if s.failure else ""
+    return [
+        ProbeFigure(name, value, unit, note + extra)
+        for (name, unit, note), value in zip(names, metrics, strict=True)
+    ]
+
+
+def _peak_memory(case: CaseLike) -> ProbeFigure:
+    name, unit = "CUDA max memory allocated", "MiB"
+    if not is_cuda_device(case.device):
+        return ProbeFigure(name, _not_on_cuda(case), unit)
+    torch.cuda.reset_peak_memory_stats(case.device)
+    case()
+    synchronize(case.device)
+    return ProbeFigure(name, torch.cuda.max_memory_allocated(case.device) / _MIB, unit, "one call, this process")
+
+
+def _speedup(
+    case: CaseLike, baseline_case: CaseLike | None, rounds: int, sync: Callable[[], None]
+) -> ProbeFigure:
+    other = baseline_case if baseline_case is not None else _build_baseline(case)
+    name = f"speedup over {other.variant}"
+    note = f"{other.variant} time / this time, median of {rounds} interleaved rounds"
+    if other.variant == case.variant:
+        note += "; this is the baseline, so it shows the noise"
+    try:
+        speedup = interleaved_speedup(other, case, rounds=rounds, warmup=1, sync=sync)
+    except torch._dynamo.exc.BackendCompilerFailed as err:
+        # The case itself compiled already (first call above), so this is the baseline failing to compile: a
+        # fact about torch on this machine worth reporting, not a reason to lose every other figure.
+        inner = getattr(err, "inner_exception", err)
+        first_line = (str(inner).splitlines() or [""])[0][:200]
+        missing = Unavailable(f"{other.variant} fails to compile here: {type(inner).__name__}: {first_line}")
+        return ProbeFigure(name, missing, "x")
+    return ProbeFigure(name, speedup.ratio, "x", note)
+
+
+def probe_case(
+    case: CaseLike,
+    *,
+    trace_path: str | Path | None = None,
+    rounds: int = 10,
+    min_run_time: float = 0.5,
+    nvml_seconds: float = 1.0,
+    baseline_case: CaseLike | None = None,
+    nvml: Any = None,
+) -> list[ProbeFigure]:
+    """Run every probe on one case.
+
+    Args:
+        case: a `pitfalls.cases.Case` (or anything with its attributes that runs one call when called).
+        trace_path: also write a Chrome trace of three calls there (hazards labelled for eager cases).
+        rounds: interleaved rounds for the speedup, and calls for the CUDA sync and event counts (>= 1).
+        min_run_time: seconds torch.utils.benchmark spends on the wall time (> 0).
+        nvml_seconds: seconds to loop the case while NVML samples (> 0); CUDA cases only.
+        baseline_case: the case to compare with; None builds the family's naive variant with the same
+            sizes, device and compiled setting.
+        nvml: the NVML binding; None imports pynvml.
+
+    Returns:
+        The figures, in a fixed order.
+    """
+    for attr in ("family", "variant", "device", "compiled", "params"):
+        if not hasattr(case, attr):
+            raise TypeError(f"case must be a pitfalls Case (it has no {attr!r}), got {type(case).__name__}")
+    if not callable(case):
+        raise TypeError(f"case must be callable, got {type(case).__name__}")
+    _check_positive("rounds", rounds, int)
+    _check_positive("min_run_time", min_run_time, float)
+    _check_positive("nvml_seconds", nvml_seconds, float)
+
+    def sync() -> None:
+        synchronize(case.device)
+
+    figures: list[ProbeFigure] = []
+    if case.compiled:
+        figures += _compile_figures(case, sync)
+
+    def call_synced() -> None:
+        case()
+        sync()
+
+    wall = wall_time(call_synced, warmup=1, min_run_time=min_run_time)
+    figures.append(ProbeFigure("time per call", wall.median_s * 1e3, "ms",
+                               f"median of {wall.blocks} blocks, torch.utils.benchmark"))
+    events = cuda_event_time(case, calls=rounds) if is_cuda_device(case.device) else _not_on_cuda(case)
+    figures.append(ProbeFigure("time per call (CUDA events)", getattr(events, "median_ms", events), "ms"))
+
+    figures.append(_speedup(case, baseline_case, rounds, sync))
+
+    figures += _hazard_figures(case)
+    syncs = count_cuda_syncs(case, calls=rounds) if is_cuda_device(case.device) else _not_on_cuda(case)
+    figures.append(ProbeFigure("host-device syncs per call", getattr(syncs, "per_call", syncs), "syncs",
+                               "CUDA sync debug mode"))
+    figures += _nvml_figures(case, nvml_seconds, nvml, sync)
+    figures.append(_peak_memory(case))
+    if trace_path is not None:
+        result = export_trace(case, trace_path, steps=3, device=case.device, label_hazards=not case.compiled)
+        figures.append(ProbeFigure("trace", str(result.path), "", "open in https://ui.perfetto.dev"))
+    return figures
+
+
+def _format(value: float | int | str | Unavailable) -> str:
+    if isinstance(value, Unavailable):
+        return str(value)
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def render(figures: list[ProbeFigure], *, title: str | None = None) -> Table:
+    """Lay figures out as a rich table; an unavailable figure reads "unavailable: <reason>".
+
+    Args:
+        figures: what `probe_case` returned.
+        title: the table's title, e.g. the case's name.
+
+    Returns:
+        A `rich.table.Table` with columns figure, value, unit, note.
+    """
+    table = Table(title=title)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_column("unit")
+    table.add_column("note", overflow="fold")
+    for f in figures:
+        style = "dim" if isinstance(f.value, Unavailable) else None
+        table.add_row(f.name, _format(f.value), f.unit, f.note, style=style)
+    return table

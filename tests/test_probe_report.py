@@ -1,0 +1,151 @@
+"""`probe_case` on stand-in and real cases, and the table it renders."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from rich.console import Console
+
+from fakes import FakeNVML, NVMLError_LibraryNotFound
+from pitfalls.probes import report
+from pitfalls.probes._cuda import cuda_unavailable_reason
+from pitfalls.probes.report import ProbeFigure, probe_case, render
+from pitfalls.probes.result import Unavailable
+
+FAST = {"rounds": 2, "min_run_time": 0.01, "nvml_seconds": 0.01}
+
+
+@dataclass
+class StandIn:
+    """The attributes of pitfalls.cases.Case that the probes use."""
+
+    fn: Callable[[], Any]
+    variant: str = "naive"
+    family: str = "toy"
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    compiled: bool = False
+    params: dict[str, int] = field(default_factory=dict)
+
+    def __call__(self) -> Any:
+        return self.fn()
+
+
+X = torch.randn(512)
+
+
+def with_nonzero() -> torch.Tensor:
+    return torch.nonzero(X > 0).sum()
+
+
+def without_hazard() -> torch.Tensor:
+    return torch.where(X > 0, X, 0.0).sum()
+
+
+def by_name(figures: list[ProbeFigure]) -> dict[str, ProbeFigure]:
+    return {f.name: f for f in figures}
+
+
+def text(figures: list[ProbeFigure]) -> str:
+    console = Console(width=200, record=True)
+    console.print(render(figures))
+    return console.export_text()
+
+
+def test_an_eager_cpu_case_gets_every_figure_and_reasons_for_the_gpu_ones() -> None:
+    case = StandIn(with_nonzero, variant="naive")
+    other = StandIn(without_hazard, variant="static")
+    figures = by_name(probe_case(case, baseline_case=other, nvml=FakeNVML(), **FAST))
+
+    assert figures["time per call"].value > 0 and figures["time per call"].unit == "ms"
+    assert figures["speedup over static"].value > 0
+    assert figures["sync hazards per call"].value == 1
+    assert figures["  aten.nonzero.default"].value == 1
+    assert "first call (compile + one run)" not in figures  # eager: no compile figures
+    reason = cuda_unavailable_reason() or "case runs on cpu"
+    for name in ("time per call (CUDA events)", "host-device syncs per call", "GPU busy (NVML utilization, sampled)",
+                 "GPU power (NVML)", "CUDA max memory allocated"):
+        assert figures[name].value == Unavailable(reason), name
+
+
+def test_the_baseline_against_itself_says_so() -> None:
+    case = StandIn(without_hazard, variant="naive")
+    figures = by_name(probe_case(case, baseline_case=case, nvml=FakeNVML(), **FAST))
+    assert "shows the noise" in figures["speedup over naive"].note
+    assert figures["sync hazards per call"].value == 0
+    assert not any(name.startswith("  aten") for name in figures)
+
+
+def test_a_compiled_case_reports_its_first_call_and_graph_breaks() -> None:
+    compiled = torch.compile(with_nonzero, backend="eager")
+    case = StandIn(compiled, variant="naive", compiled=True)
+    figures = probe_case(case, baseline_case=case, nvml=FakeNVML(), **FAST)
+    assert [f.name for f in figures[:3]] == ["first call (compile + one run)", "graphs compiled", "graph breaks"]
+    named = by_name(figures)
+    assert named["graph breaks"].value == 1
+    assert "Dynamic shape operator [aten.nonzero.default] x1" in named["graph breaks"].note
+    assert named["graphs compiled"].value == 2
+    assert named["sync hazards per call"].value == 1
+    assert "compiled code runs eagerly while counted" in named["sync hazards per call"].note
+
+
+def test_a_trace_is_written_when_asked(tmp_path) -> None:
+    path = tmp_path / "case.json"
+    figures = by_name(probe_case(StandIn(with_nonzero), baseline_case=StandIn(with_nonzero), nvml=FakeNVML(),
+                                 trace_path=path, **FAST))
+    assert figures["trace"].value == str(path)
+    assert path.is_file()
+
+
+def test_nvml_figures_of_a_cuda_case_come_from_the_sampler() -> None:
+    # Only the mapping from the sampler's summary to figures is exercised: the "CUDA" case runs Python only.
+    case = StandIn(lambda: None, device=torch.device("cuda", 0))
+    figures = by_name(report._nvml_figures(case, 0.01, FakeNVML(utilization=[40.0], power_mw=200_000),
+                                           lambda: None))
+    assert figures["GPU busy (NVML utilization, sampled)"].value == 40.0
+    assert figures["GPU power (NVML)"].value == 200.0
+    assert figures["GPU busy (NVML driver samples)"].value == Unavailable("no driver utilization samples in the window")
+
+    missing = by_name(report._nvml_figures(case, 0.01, FakeNVML(init_error=NVMLError_LibraryNotFound(12)),
+                                           lambda: None))
+    assert {f.value for f in missing.values()} == {Unavailable("NVML library not found")}
+
+
+def test_render_writes_values_units_and_reasons() -> None:
+    out = text([
+        ProbeFigure("time per call", 12.345678, "ms", "median"),
+        ProbeFigure("sync hazards per call", 4, "ops"),
+        ProbeFigure("GPU power (NVML)", Unavailable("NVML library not found"), "W"),
+    ])
+    assert "12.35" in out and "ms" in out and "median" in out
+    assert "unavailable: NVML library not found" in out
+    lines = [line for line in out.splitlines() if "sync hazards per call" in line]
+    assert len(lines) == 1 and " 4 " in lines[0]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"rounds": 0}, "rounds must be an int > 0, got 0"),
+    ({"min_run_time": -1}, "min_run_time must be a number > 0, got -1"),
+    ({"nvml_seconds": "1"}, "nvml_seconds must be a number > 0, got '1'"),
+])
+def test_bad_arguments_are_rejected(kwargs, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        probe_case(StandIn(without_hazard), **kwargs)
+
+
+def test_something_that_is_not_a_case_is_rejected() -> None:
+    with pytest.raises(TypeError, match="case must be a pitfalls Case \\(it has no 'family'\\), got function"):
+        probe_case(without_hazard)  # type: ignore[arg-type]
+
+
+def test_a_registered_case_is_compared_with_its_family_baseline() -> None:
+    from pitfalls.cases import build_case
+    from pitfalls.registry import baseline
+
+    case = build_case("sampler", "static", n=1000)
+    figures = by_name(probe_case(case, nvml=FakeNVML(), **FAST))
+    assert f"speedup over {baseline('sampler')}" in figures
+    assert figures["sync hazards per call"].value == 0

@@ -1,0 +1,262 @@
+"""Sync-hazard counting (any device) and CUDA sync counting (logic with a fake, figures on a GPU)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from fakes import FakeCuda
+from pitfalls.probes._cuda import cuda_unavailable_reason
+from pitfalls.probes.result import Unavailable
+from pitfalls.probes.syncs import (
+    HazardCounts,
+    SyncCount,
+    SyncHazardCounter,
+    count_cuda_syncs,
+    count_hazards,
+    hazard_label,
+)
+
+aten = torch.ops.aten
+
+
+class OnDevice(torch.Tensor):
+    """A data-less tensor that claims to live on an accelerator, to test device-to-host rules without one."""
+
+    @staticmethod
+    def __new__(cls, device: str) -> OnDevice:
+        return torch.Tensor._make_wrapper_subclass(cls, (2,), dtype=torch.float32, device=torch.device(device))
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
+        raise NotImplementedError(f"{func} is not needed by these tests")
+
+
+# -- which ops are hazards ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("op", "args", "kwargs", "expected"),
+    [
+        (aten.nonzero.default, (torch.ones(3),), {}, "aten.nonzero.default"),
+        (aten._local_scalar_dense.default, (torch.ones(()),), {}, "aten._local_scalar_dense.default"),
+        (aten.equal.default, (torch.ones(2), torch.ones(2)), {}, "aten.equal.default"),
+        (aten.masked_select.default, (torch.ones(2), torch.ones(2, dtype=torch.bool)), {},
+         "aten.masked_select.default"),
+        (aten.sum.default, (torch.ones(3),), {}, None),
+        (aten.count_nonzero.default, (torch.ones(3),), {}, None),
+        (aten.nonzero_static.default, (torch.ones(3),), {"size": 3}, None),
+        # Integer advanced indexing is asynchronous although the op is tagged as a whole.
+        (aten.index.Tensor, (torch.ones(4), [torch.tensor([0, 2])]), {}, None),
+        (aten.index.Tensor, (torch.ones(4), [torch.tensor([True, False, True, False])]), {},
+         "aten.index.Tensor (bool mask)"),
+        (aten.index.Tensor, (torch.ones(2, 2), [None, torch.tensor([1, 0], dtype=torch.uint8)]), {},
+         "aten.index.Tensor (bool mask)"),
+        # index_put_ carries no tag, yet with a mask it runs nonzero inside the kernel.
+        (aten.index_put_.default, (torch.ones(4), [torch.tensor([True, False, True, False])], torch.zeros(())),
+         {}, "aten.index_put_.default (bool mask)"),
+        (aten.index_put_.default, (torch.ones(4), [torch.tensor([0, 2])], torch.zeros(())), {}, None),
+        (aten.repeat_interleave.Tensor, (torch.tensor([1, 2]),), {}, "aten.repeat_interleave.Tensor"),
+        (aten.repeat_interleave.Tensor, (torch.tensor([1, 2]),), {"output_size": 3}, None),
+    ],
+)
+def test_hazard_label(op, args, kwargs, expected) -> None:
+    assert hazard_label(op, args, kwargs) == expected
+
+
+def test_device_to_host_copies_are_hazards_and_other_copies_are_not() -> None:
+    gpu, cpu = OnDevice("cuda"), torch.empty(2)
+    to_cpu = {"device": torch.device("cpu")}
+    assert hazard_label(aten._to_copy.default, (gpu,), to_cpu) == "aten._to_copy.default (device to host)"
+    assert hazard_label(aten._to_copy.default, (gpu,), {**to_cpu, "non_blocking": True}) is None
+    assert hazard_label(aten._to_copy.default, (cpu,), {"device": torch.device("cuda")}) is None
+    assert hazard_label(aten.copy_.default, (cpu, gpu), {}) == "aten.copy_.default (device to host)"
+    assert hazard_label(aten.copy_.default, (cpu, gpu, True), {}) is None
+    assert hazard_label(aten.copy_.default, (gpu, cpu), {}) is None
+
+
+# -- counting -------------------------------------------------------------------------------------------------
+
+
+def test_python_level_operations_dispatch_to_the_expected_hazards() -> None:
+    x = torch.arange(6.0)
+    mask = x > 2
+
+    def work() -> None:
+        x[mask]  # index.Tensor with a bool mask
+        x[torch.tensor([0, 1])]  # integer index: no hazard
+        y = x.clone()
+        y[mask] = 0.0  # boolean assignment dispatches to index_put_ with the mask
+        torch.unique(x)  # _unique2
+        x.sum().item()  # _local_scalar_dense
+        bool(x.sum() > 0)  # _local_scalar_dense as well
+        torch.where(mask)  # single-argument where is nonzero
+        torch.count_nonzero(mask)  # no hazard
+
+    counts = count_hazards(work)
+    assert counts.as_dict() == {
+        "aten.index.Tensor (bool mask)": 1,
+        "aten.index_put_.default (bool mask)": 1,
+        "aten._unique2.default": 1,
+        "aten._local_scalar_dense.default": 2,
+        "aten.nonzero.default": 1,
+    }
+    assert counts.total == 6
+    assert counts.get("aten.nonzero.default") == 1
+    assert counts.get("aten.masked_select.default") == 0
+
+
+def test_backward_ops_inside_the_counted_region_are_counted() -> None:
+    x = torch.arange(6.0, requires_grad=True)
+    mask = torch.tensor([True, False] * 3)
+
+    forward_only = count_hazards(lambda: x[mask].sum())
+    with_backward = count_hazards(lambda: x[mask].sum().backward())
+
+    assert forward_only.as_dict() == {"aten.index.Tensor (bool mask)": 1}
+    # index's backward scatters the gradient with index_put and the same boolean mask.
+    assert with_backward.as_dict() == {
+        "aten.index.Tensor (bool mask)": 1,
+        "aten.index_put.default (bool mask)": 1,
+    }
+
+
+def test_a_function_without_hazards_counts_zero() -> None:
+    x = torch.randn(8)
+    counts = count_hazards(lambda: torch.where(x > 0, x, 0.0).sum())
+    assert counts == HazardCounts()
+    assert counts.total == 0
+    assert str(counts) == "0 sync hazards"
+
+
+def test_counts_are_immutable_and_sorted() -> None:
+    counts = count_hazards(lambda: (torch.nonzero(torch.ones(2)), torch.ones(()).item()))
+    assert counts.counts == (("aten._local_scalar_dense.default", 1), ("aten.nonzero.default", 1))
+    with pytest.raises(AttributeError):
+        counts.counts = ()  # type: ignore[misc]
+    counts.as_dict()["aten.nonzero.default"] = 99
+    assert counts.get("aten.nonzero.default") == 1
+
+
+def test_counter_accumulates_across_calls_and_resets_on_reentry() -> None:
+    counter = SyncHazardCounter()
+    with counter:
+        for _ in range(3):
+            torch.nonzero(torch.ones(2))
+    assert counter.result.get("aten.nonzero.default") == 3
+    with counter:
+        pass
+    assert counter.result.total == 0
+
+
+def test_count_hazards_passes_arguments_and_rejects_non_callables() -> None:
+    counts = count_hazards(torch.nonzero, torch.ones(3))
+    assert counts.get("aten.nonzero.default") == 1
+    with pytest.raises(TypeError, match="fn must be callable"):
+        count_hazards(42)  # type: ignore[arg-type]
+
+
+def test_a_compiled_function_is_counted_as_its_eager_program_and_compiles_normally_after() -> None:
+    # Dynamo will not run compiled code under a dispatch mode; the counter forces eager so the count is the
+    # eager program's on every torch version, instead of a silent 0 for a compiled region.
+    torch._dynamo.reset()
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return torch.nonzero(x > 0).sum() + x.sum()
+
+    compiled = torch.compile(fn, backend="eager")
+    x = torch.randn(16)
+    assert count_hazards(compiled, x) == count_hazards(fn, x)
+    assert count_hazards(compiled, x).get("aten.nonzero.default") == 1
+    assert count_hazards(compiled, x).eager is True
+
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    compiled(x)  # the stance is restored: this call is traced by dynamo
+    assert counters["stats"]["unique_graphs"] >= 1
+    torch._dynamo.reset()
+
+
+def test_the_counter_leaves_no_mode_active_after_an_exception() -> None:
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    with pytest.raises(ZeroDivisionError):
+        with SyncHazardCounter():
+            torch.nonzero(torch.ones(2))
+            raise ZeroDivisionError
+    assert _get_current_dispatch_mode() is None
+
+
+# -- real CUDA syncs ------------------------------------------------------------------------------------------
+
+
+def test_cuda_sync_count_without_cuda_is_unavailable_with_the_reason() -> None:
+    reason = cuda_unavailable_reason()
+    if reason is None:
+        pytest.skip("CUDA is usable here; the unavailable path is not reachable")
+    result = count_cuda_syncs(lambda: None)
+    assert result == Unavailable(reason)
+    assert not result
+    assert str(result) == f"unavailable: {reason}"
+
+
+def test_cuda_sync_count_counts_the_warnings_of_the_counted_calls_only() -> None:
+    cuda = FakeCuda()
+    cuda.mode = 2  # whatever mode was set before must come back
+
+    def step() -> None:
+        cuda.sync_point()
+        cuda.sync_point()
+        if cuda.mode == 1:
+            warnings.warn("an unrelated warning", UserWarning, stacklevel=1)
+
+    with pytest.warns(UserWarning, match="an unrelated warning") as passed_on:
+        result = count_cuda_syncs(step, calls=3, warmup=2, cuda=cuda)
+    # the code's own warnings are passed on, the sync warnings are not
+    assert [str(w.message) for w in passed_on] == ["an unrelated warning"] * 3
+    assert result == SyncCount(total=6, calls=3, method="sync debug mode")
+    assert result.per_call == 2.0
+    assert cuda.mode_history == ["warn", 2]
+    assert cuda.mode == 2
+
+
+def test_cuda_sync_count_restores_the_mode_when_the_call_raises() -> None:
+    cuda = FakeCuda()
+
+    def broken() -> None:
+        if cuda.mode == 1:
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        count_cuda_syncs(broken, cuda=cuda)
+    assert cuda.mode == 0
+
+
+def test_cuda_sync_count_zero_is_a_real_measured_zero() -> None:
+    cuda = FakeCuda()
+    result = count_cuda_syncs(lambda: None, calls=2, warmup=0, cuda=cuda)
+    assert result == SyncCount(total=0, calls=2, method="sync debug mode")
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"calls": 0}, "calls must be an int >= 1, got 0"),
+    ({"calls": 1.5}, "calls must be an int >= 1, got 1.5"),
+    ({"warmup": -1}, "warmup must be an int >= 0, got -1"),
+])
+def test_cuda_sync_count_rejects_bad_counts(kwargs, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        count_cuda_syncs(lambda: None, cuda=FakeCuda(), **kwargs)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_real_cuda_syncs_nonzero_syncs_and_where_does_not() -> None:
+    x = torch.randn(1 << 16, device="cuda")
+    with_sync = count_cuda_syncs(lambda: torch.nonzero(x > 0), calls=3)
+    without = count_cuda_syncs(lambda: torch.where(x > 0, x, 0.0), calls=3)
+    assert isinstance(with_sync, SyncCount) and with_sync.total >= 3
+    assert without == SyncCount(total=0, calls=3, method="sync debug mode")
+    assert torch.cuda.get_sync_debug_mode() == 0
