@@ -48,3 +48,30 @@ def test_check_on_an_absent_device_says_so():
     assert done.returncode == 2
     assert "device cuda is not available here; available: cpu" in done.stdout
 
+
+
+def test_check_shows_sync_hazards_per_variant(capsys):
+    assert cli.main(["check", "--device", "cpu"]) == 0
+    rows = {line.split("│")[2].strip(): line for line in capsys.readouterr().out.splitlines() if " cpu " in line}
+    hazards = {variant: int(row.split("│")[6]) for variant, row in rows.items()}
+    assert hazards["naive"] > 0 and hazards["nonzero"] > 0
+    assert hazards["ignore_index"] == 0 and hazards["static"] == 0
+
+
+@pytest.mark.skipif(cuda_available(), reason="checks the reasons printed where there is no CUDA device")
+def test_probe_prints_real_figures_and_reasons_for_the_rest(capsys, tmp_path):
+    trace = tmp_path / "naive.json"
+    assert cli.main(["probe", "loss", "naive", "--batch", "1", "--image-size", "16", "--rounds", "2",
+                     "--trace", str(trace)]) == 0
+    out = capsys.readouterr().out
+    assert "time per call" in out and "aten.nonzero.default" in out
+    assert "unavailable: no CUDA device" in out
+    assert "unavailable: NVML library not found" in out or "unavailable: case runs on cpu" in out
+    assert trace.exists()
+
+
+def test_probe_refuses_an_unknown_variant(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["probe", "sampler", "naive"])
+    assert exit_.value.code == 2
+    assert "sampler variant 'naive' is not known; allowed: nonzero, static" in capsys.readouterr().err

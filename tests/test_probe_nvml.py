@@ -270,3 +270,13 @@ def test_real_binding_samples_a_busy_gpu() -> None:
     assert s.utilization_pct.samples >= 1
     assert s.utilization_pct.max > 0
     assert s.memory_used_mib.max > 0
+
+
+
+def test_unavailable_reason_names_the_missing_library_and_none_when_nvml_works():
+    from pitfalls.probes.nvml import nvml_unavailable_reason
+
+    assert nvml_unavailable_reason(FakeNVML(init_error=NVMLError_LibraryNotFound())) == "NVML library not found"
+    working = FakeNVML()
+    assert nvml_unavailable_reason(working) is None
+    assert (working.inits, working.shutdowns) == (1, 1)

@@ -66,9 +66,17 @@ def test_an_eager_cpu_case_gets_every_figure_and_reasons_for_the_gpu_ones() -> N
     assert figures["  aten.nonzero.default"].value == 1
     assert "first call (compile + one run)" not in figures  # eager: no compile figures
     reason = cuda_unavailable_reason() or "case runs on cpu"
-    for name in ("time per call (CUDA events)", "host-device syncs per call", "GPU busy (NVML utilization, sampled)",
-                 "GPU power (NVML)", "CUDA max memory allocated"):
+    for name in ("time per call (CUDA events)", "host-device syncs per call", "CUDA max memory allocated"):
         assert figures[name].value == Unavailable(reason), name
+    # NVML works (the fake), so what stops the NVML figures is the case's device.
+    for name in ("GPU busy (NVML utilization, sampled)", "GPU power (NVML)"):
+        assert figures[name].value == Unavailable("case runs on cpu"), name
+
+
+def test_nvml_figures_of_a_cpu_case_name_what_stops_nvml() -> None:
+    case = StandIn(without_hazard, variant="naive")
+    figures = by_name(probe_case(case, baseline_case=case, nvml=FakeNVML(init_error=NVMLError_LibraryNotFound()), **FAST))
+    assert figures["GPU power (NVML)"].value == Unavailable("NVML library not found")
 
 
 def test_the_baseline_against_itself_says_so() -> None:

@@ -5,7 +5,14 @@ A figure that cannot be measured here is an `Unavailable` carrying the reason, n
 
 from pitfalls.probes.compiled import CompileReport, FirstCall, GraphBreak, compile_probe, first_call, reset_dynamo
 from pitfalls.probes.environment import environment
-from pitfalls.probes.nvml import MetricSummary, NvmlSampler, NvmlSummary, NvmlTarget, nvml_target
+from pitfalls.probes.nvml import (
+    MetricSummary,
+    NvmlSampler,
+    NvmlSummary,
+    NvmlTarget,
+    nvml_target,
+    nvml_unavailable_reason,
+)
 from pitfalls.probes.report import ProbeFigure, probe_case, render
 from pitfalls.probes.result import Unavailable, is_available
 from pitfalls.probes.syncs import (
@@ -55,6 +62,7 @@ __all__ = [
     "interleaved_speedup",
     "is_available",
     "nvml_target",
+    "nvml_unavailable_reason",
     "probe_case",
     "render",
     "reset_dynamo",

@@ -11,7 +11,7 @@ import torch
 
 __all__ = ["NO_CUDA_BUILD", "NO_CUDA_DEVICE", "cuda_unavailable_reason", "is_cuda_device", "synchronize"]
 
-NO_CUDA_BUILD = "torch built without CUDA"
+NO_CUDA_BUILD = "no CUDA device: torch built without CUDA"
 NO_CUDA_DEVICE = "no CUDA device"
 
 
@@ -19,7 +19,7 @@ def cuda_unavailable_reason() -> str | None:
     """Say why CUDA cannot be used in this process, or None when it can.
 
     Returns:
-        "torch built without CUDA", "no CUDA device", or None.
+        "no CUDA device: torch built without CUDA", "no CUDA device", or None.
     """
     if not torch.backends.cuda.is_built():
         return NO_CUDA_BUILD

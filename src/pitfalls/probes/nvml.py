@@ -26,7 +26,15 @@ import torch
 
 from pitfalls.probes.result import Unavailable
 
-__all__ = ["MetricSummary", "NvmlSampler", "NvmlSummary", "NvmlTarget", "nvml_error_reason", "nvml_target"]
+__all__ = [
+    "MetricSummary",
+    "NvmlSampler",
+    "NvmlSummary",
+    "NvmlTarget",
+    "nvml_error_reason",
+    "nvml_target",
+    "nvml_unavailable_reason",
+]
 
 _MIB = 1024 * 1024
 _METRICS = ("utilization_pct", "memory_used_mib", "power_w", "sm_clock_mhz")
@@ -200,6 +208,34 @@ def _sample_value(nvml: Any, value_type: int, value: Any) -> float:
     raise ValueError(f"unknown NVML sample value type {value_type!r}")
 
 
+def _import_nvml() -> ModuleType | Unavailable:
+    try:
+        import pynvml
+    except ImportError:
+        return Unavailable("nvidia-ml-py (pynvml) not installed")
+    return pynvml
+
+
+def nvml_unavailable_reason(nvml: ModuleType | Any | None = None) -> str | None:
+    """Say why NVML cannot be used on this machine, or None when it can (it is initialised and shut down once).
+
+    Args:
+        nvml: the NVML binding module; None imports pynvml. Tests pass a fake.
+
+    Returns:
+        E.g. "NVML library not found", or None.
+    """
+    nvml = nvml if nvml is not None else _import_nvml()
+    if isinstance(nvml, Unavailable):
+        return nvml.reason
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as err:
+        return nvml_error_reason(nvml, err)
+    nvml.nvmlShutdown()
+    return None
+
+
 class NvmlSampler:
     """Context manager sampling one GPU through NVML in a background thread.
 
@@ -257,14 +293,11 @@ class NvmlSampler:
         return self
 
     def _open(self) -> None:
-        nvml = self._nvml
-        if nvml is None:
-            try:
-                import pynvml as nvml
-            except ImportError:
-                self._unavailable = Unavailable("nvidia-ml-py (pynvml) not installed")
-                return
-            self._nvml = nvml
+        nvml = self._nvml if self._nvml is not None else _import_nvml()
+        if isinstance(nvml, Unavailable):
+            self._unavailable = nvml
+            return
+        self._nvml = nvml
         try:
             nvml.nvmlInit()
         except nvml.NVMLError as err:

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from pitfalls.probes._cuda import cuda_unavailable_reason, is_cuda_device, synchronize
 from pitfalls.probes.compiled import first_call
-from pitfalls.probes.nvml import MetricSummary, NvmlSampler, NvmlSummary
+from pitfalls.probes.nvml import MetricSummary, NvmlSampler, NvmlSummary, nvml_unavailable_reason
 from pitfalls.probes.result import Unavailable
 from pitfalls.probes.syncs import count_cuda_syncs, count_hazards
 from pitfalls.probes.timing import cuda_event_time, interleaved_speedup, wall_time
@@ -107,8 +107,9 @@ def _nvml_figures(case: CaseLike, seconds: float, nvml: Any, sync: Callable[[], 
         ("SM clock (NVML)", "MHz", "mean"),
     ]
     if not is_cuda_device(case.device):
-        missing = _not_on_cuda(case)
-        return [ProbeFigure(name, missing, unit, note) for name, unit, note in names]
+        # Say what stops NVML on this machine first: that is what a user must fix to get these figures.
+        reason = nvml_unavailable_reason(nvml) or f"case runs on {case.device}"
+        return [ProbeFigure(name, Unavailable(reason), unit, note) for name, unit, note in names]
     with NvmlSampler(case.device, nvml=nvml) as sampler:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:

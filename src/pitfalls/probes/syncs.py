@@ -279,7 +279,7 @@ def count_cuda_syncs(
             that torch was built with CUDA and a device is present.
 
     Returns:
-        A `SyncCount`, or `Unavailable("no CUDA device")` / `Unavailable("torch built without CUDA")`.
+        A `SyncCount`, or `Unavailable("no CUDA device")` / `Unavailable("no CUDA device: torch built without CUDA")`.
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}: {fn!r}")

@@ -123,7 +123,7 @@ def cuda_event_time(
             fake. None means torch.cuda after checking CUDA can be used.
 
     Returns:
-        A `CudaEventTiming`, or `Unavailable` with the reason ("no CUDA device", "torch built without CUDA").
+        A `CudaEventTiming`, or `Unavailable` with the reason ("no CUDA device", "no CUDA device: torch built without CUDA").
     """
     _check_callable("fn", fn)
     _check_int("calls", calls, 1)
