@@ -1,0 +1,40 @@
+"""scripts/gpu-proof: its dry run on the CPU writes the whole report, with reasons where a GPU is needed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pitfalls import gpu_proof
+from pitfalls.devices import cuda_available
+from pitfalls.registry import families, variants
+
+
+@pytest.mark.slow
+def test_dry_run_writes_every_section_with_real_hazards_and_reasons(tmp_path, capsys):
+    assert gpu_proof.main([str(tmp_path), "--device", "cpu", "--no-asv"]) == 0
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    report = (tmp_path / "report.md").read_text()
+    assert report.strip() in capsys.readouterr().out
+    rows = {(r["family"], r["variant"]): r for r in figures["syncs"]}
+    assert set(rows) == {(f, v) for f in families() for v in variants(f)}
+    assert rows[("loss", "naive")]["sync_hazards"] > 0
+    assert rows[("loss", "ignore_index")]["sync_hazards"] == 0
+    assert rows[("sampler", "static")]["sync_hazards"] == 0
+    if not cuda_available():
+        assert all(r["cuda_syncs"].startswith("unavailable: no CUDA device") for r in rows.values())
+        assert all(r["zero_together"] == "n/a" for r in rows.values())
+    headline = [r for r in figures["speedups"] if r.get("variant") == "ignore_index"]
+    assert len(headline) == 1 and headline[0]["speedup"] > 0
+    for section in ("Real CUDA syncs", "NVML while", "CUDA-event time", "Speedup over naive", "asv quick grid"):
+        assert section in report
+
+
+@pytest.mark.skipif(cuda_available(), reason="checks the refusal where there is no CUDA device")
+def test_refuses_to_prove_gpu_claims_without_a_gpu(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        gpu_proof.main([str(tmp_path)])
+    assert exit_.value.code == 2
+    assert "no CUDA device here" in capsys.readouterr().err
+    assert not (tmp_path / "report.md").exists()
