@@ -43,11 +43,11 @@ def resolve_device(name: str | torch.device) -> torch.device:
     return torch.device("cuda", index)
 
 
-def synchronize(device: torch.device) -> None:
-    """Wait for all queued work on ``device``; a no-op on the CPU, where work is already done on return."""
+def synchronize(device: torch.device | str | None) -> None:
+    """Wait for all queued work on ``device``; a no-op on the CPU (or None), where work is done on return."""
     # Guarded by type: torch.cuda.synchronize raises AssertionError on a CPU-only torch build.
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    if device is not None and torch.device(device).type == "cuda":
+        torch.cuda.synchronize(torch.device(device))
 
 
 def free_memory_bytes(device: torch.device) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["NO_CUDA_BUILD", "NO_CUDA_DEVICE", "cuda_unavailable_reason", "is_cuda_device", "synchronize"]
+__all__ = ["NO_CUDA_BUILD", "NO_CUDA_DEVICE", "cuda_unavailable_reason", "is_cuda_device"]
 
 NO_CUDA_BUILD = "no CUDA device: torch built without CUDA"
 NO_CUDA_DEVICE = "no CUDA device"
@@ -40,13 +40,3 @@ def is_cuda_device(device: torch.device | str | None) -> bool:
     if device is None:
         return False
     return torch.device(device).type == "cuda"
-
-
-def synchronize(device: torch.device | str | None) -> None:
-    """Wait for queued work on a CUDA device; a no-op for the CPU (and never touches CUDA then).
-
-    Args:
-        device: the device the work runs on; None means the CPU.
-    """
-    if is_cuda_device(device):
-        torch.cuda.synchronize(torch.device(device))

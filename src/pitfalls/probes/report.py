@@ -15,7 +15,8 @@ from typing import Any, Protocol
 import torch
 from rich.table import Table
 
-from pitfalls.probes._cuda import cuda_unavailable_reason, is_cuda_device, synchronize
+from pitfalls.devices import synchronize
+from pitfalls.probes._cuda import cuda_unavailable_reason, is_cuda_device
 from pitfalls.probes.compiled import first_call
 from pitfalls.probes.nvml import MetricSummary, NvmlSampler, NvmlSummary, nvml_unavailable_reason
 from pitfalls.probes.result import Unavailable

@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from pitfalls.probes._cuda import cuda_unavailable_reason, is_cuda_device, synchronize
+from pitfalls.devices import synchronize
+from pitfalls.probes._cuda import cuda_unavailable_reason, is_cuda_device
 from pitfalls.probes.syncs import HazardCounts, SyncHazardCounter
 
 __all__ = ["HAZARD_RANGE_PREFIX", "TraceResult", "export_trace", "hazard_ranges"]
