@@ -55,3 +55,17 @@ def check_positive_int(argument: str, value: Any, *, even: bool = False) -> int:
         allowed = "a positive even int" if even else "a positive int"
         raise ValueError(f"{argument}={value!r} is not allowed; {argument} must be {allowed}")
     return value
+
+
+def check_int_at_least(argument: str, value: Any, minimum: int) -> int:
+    """Return ``value`` if it is an int >= ``minimum`` (bools refused), else raise ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{argument} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+def check_callable(argument: str, value: Any) -> Any:
+    """Return ``value`` if it is callable, else raise TypeError naming what it is."""
+    if not callable(value):
+        raise TypeError(f"{argument} must be callable, got {type(value).__name__}: {value!r}")
+    return value

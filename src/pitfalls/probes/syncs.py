@@ -38,6 +38,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from pitfalls._checks import check_int_at_least
 from pitfalls.probes._cuda import cuda_unavailable_reason
 from pitfalls.probes.result import Unavailable
 
@@ -250,13 +251,6 @@ class SyncCount:
         return self.total / self.calls
 
 
-def _check_counts(calls: object, warmup: object) -> None:
-    if isinstance(calls, bool) or not isinstance(calls, int) or calls < 1:
-        raise ValueError(f"calls must be an int >= 1, got {calls!r}")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
-
-
 def count_cuda_syncs(
     fn: Callable[[], object],
     *,
@@ -283,7 +277,8 @@ def count_cuda_syncs(
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}: {fn!r}")
-    _check_counts(calls, warmup)
+    check_int_at_least("calls", calls, 1)
+    check_int_at_least("warmup", warmup, 0)
     if cuda is None:
         reason = cuda_unavailable_reason()
         if reason is not None:

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch.utils.benchmark import Timer
 
+from pitfalls._checks import check_callable, check_int_at_least
 from pitfalls.probes._cuda import cuda_unavailable_reason
 from pitfalls.probes.result import Unavailable
 
@@ -26,16 +27,6 @@ __all__ = [
     "interleaved_speedup",
     "wall_time",
 ]
-
-
-def _check_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-
-
-def _check_callable(name: str, value: object) -> None:
-    if not callable(value):
-        raise TypeError(f"{name} must be callable, got {type(value).__name__}: {value!r}")
 
 
 @dataclass(frozen=True)
@@ -72,8 +63,8 @@ def wall_time(fn: Callable[[], object], *, warmup: int = 1, min_run_time: float 
     Returns:
         A `WallTiming`.
     """
-    _check_callable("fn", fn)
-    _check_int("warmup", warmup, 0)
+    check_callable("fn", fn)
+    check_int_at_least("warmup", warmup, 0)
     if isinstance(min_run_time, bool) or not isinstance(min_run_time, (int, float)) or min_run_time <= 0:
         raise ValueError(f"min_run_time must be a number of seconds > 0, got {min_run_time!r}")
     for _ in range(warmup):
@@ -125,9 +116,9 @@ def cuda_event_time(
     Returns:
         A `CudaEventTiming`, or `Unavailable` with the reason ("no CUDA device", "no CUDA device: torch built without CUDA").
     """
-    _check_callable("fn", fn)
-    _check_int("calls", calls, 1)
-    _check_int("warmup", warmup, 0)
+    check_callable("fn", fn)
+    check_int_at_least("calls", calls, 1)
+    check_int_at_least("warmup", warmup, 0)
     if cuda is None:
         reason = cuda_unavailable_reason()
         if reason is not None:
@@ -196,12 +187,12 @@ def interleaved_speedup(
     Returns:
         A `Speedup`.
     """
-    _check_callable("baseline", baseline)
-    _check_callable("candidate", candidate)
-    _check_callable("clock", clock)
-    _check_callable("sync", sync)
-    _check_int("rounds", rounds, 1)
-    _check_int("warmup", warmup, 0)
+    check_callable("baseline", baseline)
+    check_callable("candidate", candidate)
+    check_callable("clock", clock)
+    check_callable("sync", sync)
+    check_int_at_least("rounds", rounds, 1)
+    check_int_at_least("warmup", warmup, 0)
     for _ in range(warmup):
         baseline()
         candidate()
