@@ -75,3 +75,9 @@ def test_probe_refuses_an_unknown_variant(capsys):
         cli.main(["probe", "sampler", "naive"])
     assert exit_.value.code == 2
     assert "sampler variant 'naive' is not known; allowed: nonzero, static" in capsys.readouterr().err
+
+
+def test_report_on_a_missing_results_folder_says_so(tmp_path, capsys):
+    assert cli.main(["report", "--results", str(tmp_path / "none"), "--out", str(tmp_path / "report")]) == 2
+    assert "is not a folder" in capsys.readouterr().out
+    assert not (tmp_path / "report").exists()

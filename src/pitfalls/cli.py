@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -85,6 +86,18 @@ def cmd_probe(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace, console: Console) -> int:
+    from pitfalls.report import write_report  # matplotlib loads only for this command
+
+    try:
+        path = write_report(args.results, args.out, machine=args.machine, commit=args.commit)
+    except ValueError as error:
+        console.print(f"[red]{error}")
+        return 2
+    console.print(f"report written to {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pitfalls", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -107,6 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--rounds", type=int, default=10, help="interleaved rounds against naive (default 10)")
     probe.add_argument("--trace", metavar="PATH", help="also write a Chrome trace of the case to PATH")
     probe.set_defaults(run=cmd_probe)
+
+    report = commands.add_parser("report", help="asv results -> a markdown summary with charts")
+    report.add_argument("--results", type=Path, default=Path("results"), help="asv results folder (default results)")
+    report.add_argument("--out", type=Path, default=Path("report"), help="folder for README.md and PNGs (default report)")
+    report.add_argument("--machine", help="one asv machine name (default: every machine)")
+    report.add_argument("--commit", help="a commit hash or prefix (default: each environment's newest)")
+    report.set_defaults(run=cmd_report)
     return parser
 
 
