@@ -1,0 +1,297 @@
+"""The asv suite itself: its configuration, its coverage of the registry, its skips, and a real asv run."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import itertools
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from asv import util as asv_util
+from asv.config import Config
+from asv_runner.benchmarks.mark import SkipNotImplemented
+
+from pitfalls import registry
+from pitfalls.cases import SkipCase
+from pitfalls.probes import Unavailable
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "asv.conf.json"
+ASV = Path(sys.executable).with_name("asv")
+
+
+def import_suite_module(name: str):
+    """Import ``benchmarks.<name>`` from this checkout, as asv does: a package (the modules import ``.common``)."""
+    if "benchmarks" not in sys.modules:
+        folder = ROOT / "benchmarks"
+        spec = importlib.util.spec_from_file_location(
+            "benchmarks", folder / "__init__.py", submodule_search_locations=[str(folder)]
+        )
+        package = importlib.util.module_from_spec(spec)
+        sys.modules["benchmarks"] = package
+        spec.loader.exec_module(package)
+    return importlib.import_module(f"benchmarks.{name}")
+
+
+common = import_suite_module("common")
+bench_loss = import_suite_module("bench_loss")
+bench_sampler = import_suite_module("bench_sampler")
+MODULES = {"loss": bench_loss, "sampler": bench_sampler}
+
+
+def asv_known_keys() -> set[str]:
+    """Every asv.conf.json key asv 0.6.6 reads: Config's attributes, "version", and keys read by getattr."""
+    known = set(vars(Config())) | {"version"}
+    package = Path(asv_util.__file__).parent
+    pattern = re.compile(r"getattr\(\s*(?:self\.)?_?conf(?:ig)?\s*,\s*['\"](\w+)['\"]")
+    for source in package.rglob("*.py"):
+        known |= set(pattern.findall(source.read_text(encoding="utf-8")))
+    return known
+
+
+def load_conf() -> dict:
+    # asv's own loader: it strips the // comments exactly as asv does.
+    return asv_util.load_json(str(CONF), js_comments=True)
+
+
+def test_every_conf_key_is_one_asv_reads():
+    unknown = set(load_conf()) - asv_known_keys()
+    assert not unknown, f"asv silently ignores these asv.conf.json keys: {sorted(unknown)}"
+
+
+def test_the_key_check_would_catch_a_misspelt_key():
+    known = asv_known_keys()
+    assert "regressions_thresholds" in known and "build_cache_size" in known
+    # pandas shipped the first spelling for years; asv never read it.
+    assert "regression_thresholds" not in known
+    assert "launch-method" not in known
+
+
+def test_conf_loads_with_asv_and_sets_what_the_suite_relies_on():
+    conf = Config.load(str(CONF))
+    assert conf.launch_method == "forkserver"
+    assert conf.environment_type == "virtualenv"
+    assert (ROOT / conf.benchmark_dir / "__init__.py").is_file()
+    assert conf.matrix["req"]["torch"], "the torch matrix drives the history runs"
+    # Each commit is measured as built from that commit: never an editable install of the working tree.
+    for command in conf.build_command + conf.install_command:
+        assert not re.search(r"(^|\s)(-e|--editable)(\s|$)", command), command
+    assert any("{wheel_file}" in command for command in conf.install_command)
+
+
+def test_every_family_has_a_benchmark_module():
+    assert set(MODULES) == set(registry.families())
+    for family in registry.families():
+        assert (ROOT / "benchmarks" / f"bench_{family}.py").is_file()
+
+
+def benchmark_classes(module):
+    return [
+        obj
+        for obj in vars(module).values()
+        if isinstance(obj, type) and obj.__module__ == module.__name__ and hasattr(obj, "params")
+    ]
+
+
+@pytest.mark.parametrize("family", registry.families())
+def test_every_registered_variant_is_benchmarked_by_every_class(family):
+    classes = benchmark_classes(MODULES[family])
+    assert classes
+    for cls in classes:
+        assert len(cls.params) == len(cls.param_names), cls.__name__
+        variants = cls.params[cls.param_names.index("variant")]
+        assert list(variants) == list(registry.variants(family)), cls.__name__
+
+
+def test_the_baseline_is_the_registrys_naive_variant():
+    assert common.LOSS_VARIANTS[0] == registry.baseline("loss")
+    assert common.SAMPLER_VARIANTS[0] == registry.baseline("sampler")
+
+
+def test_device_axis_covers_cpu_and_cuda_whatever_this_machine_has():
+    # Results stay comparable across machines: a missing device is a skipped column, not a missing one.
+    for module in MODULES.values():
+        for cls in benchmark_classes(module):
+            if "device" in cls.param_names:
+                assert list(cls.params[cls.param_names.index("device")]) == ["cpu", "cuda"]
+
+
+def test_grid_is_chosen_by_env_var_and_quick_is_a_subset_of_full():
+    assert common.grid({}).name == "quick"
+    quick, full = common.grid({"PITFALLS_GRID": "quick"}), common.grid({"PITFALLS_GRID": "full"})
+    for axis in ("loss_batch", "loss_image_size", "sampler_n", "sampler_batch"):
+        assert set(getattr(quick, axis)) <= set(getattr(full, axis)), axis
+    assert max(full.sampler_n) == 10_000_000 and 256 in full.loss_batch and 256 in full.loss_image_size
+
+
+def test_an_unknown_grid_is_refused_naming_the_variable_and_the_choices():
+    with pytest.raises(ValueError, match=r"PITFALLS_GRID='huge'.*quick, full"):
+        common.grid({"PITFALLS_GRID": "huge"})
+
+
+def test_a_case_that_cannot_run_becomes_a_skip_with_its_reason():
+    with pytest.raises(NotImplementedError, match="needs about 9.0 GiB"):
+        with common.skipping_unavailable_cases():
+            raise SkipCase("needs about 9.0 GiB")
+
+
+def test_an_unavailable_figure_skips_the_method_and_a_measured_zero_stays_zero(capsys):
+    assert common.figure(0) == 0
+    with pytest.raises(SkipNotImplemented, match="no CUDA device"):
+        common.figure(Unavailable("no CUDA device"))
+    assert "no CUDA device" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the skip on a machine without CUDA")
+def test_cuda_only_setup_skips_with_the_reason_on_a_cpu_machine():
+    with pytest.raises(NotImplementedError, match="CUDA"):
+        bench_loss.Cuda().setup("naive", 4, 64, "eager")
+    with pytest.raises(NotImplementedError, match="CUDA"):
+        bench_sampler.Sample().setup("static", 1000, 1, "cuda", "eager")
+
+
+def test_cases_are_built_once_per_process():
+    # asv-runner calls setup() before every timed call: the second setup must reuse the built case.
+    first, second = bench_sampler.Sample(), bench_sampler.Sample()
+    first.setup("static", 1000, 1, "cpu", "eager")
+    second.setup("static", 1000, 1, "cpu", "eager")
+    assert first.case is second.case
+
+
+def test_a_mode_outside_the_axis_is_refused():
+    with pytest.raises(ValueError, match=r"mode='jit'.*eager, compiled"):
+        common.compiled("jit")
+
+
+def test_discovering_the_suite_never_touches_cuda():
+    # asv's forkserver imports the suite once and forks every benchmark from it: a CUDA query at import time
+    # (even is_available) would leave every child with a CUDA state it cannot use. Discover the suite as the
+    # server does, in a fresh interpreter where every such call raises.
+    script = """
+import sys, torch
+def queried(*args, **kwargs):
+    raise RuntimeError("CUDA was queried while importing the suite")
+for name in ("is_available", "device_count", "init", "_lazy_init", "current_device", "get_device_name",
+             "get_device_properties", "mem_get_info", "synchronize", "set_device"):
+    setattr(torch.cuda, name, queried)
+from asv_runner._aux import update_sys_path
+from asv_runner.discovery import disc_benchmarks
+update_sys_path(sys.argv[1])
+names = [b.name for b in disc_benchmarks(sys.argv[1], ignore_import_errors=False)]
+print(len(names), "benchmarks")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(ROOT / "benchmarks")], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout.split()[0]) > 10
+
+
+def test_compile_table_keeps_the_reason_where_a_case_cannot_be_compiled_here():
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA")
+    table = common.compile_table("sampler", ["variant", "batch", "device"], [["static"], [1], ["cuda"]],
+                                 sweep=("n", (1000, 2000)))
+    assert table == {("static", 1, "cuda"): "no CUDA device"}
+    with pytest.raises(NotImplementedError, match="no CUDA device"):
+        common.compiled_figures(table, ("static", 1, "cuda"))
+
+
+@pytest.mark.slow
+def test_static_sampler_compiles_into_one_graph_and_a_size_sweep_reuses_a_dynamic_one():
+    # The article's point about the static form, measured: no graph break; with dynamic=None the second N
+    # recompiles once (as dynamic) and the third reuses that graph.
+    sweep = [{"n": n, "batch": 1} for n in (1000, 2000, 4000)]
+    figures = common.compile_figures("sampler", "static", "cpu", sweep)
+    assert figures.graph_breaks == 0
+    assert figures.recompiles == 1
+    assert figures.compile_s > 0
+
+
+# --- asv itself ---------------------------------------------------------------------------------------------
+
+
+def run_asv(*args: str, cwd: Path, timeout: float, home: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PITFALLS_GRID": "quick"}
+    if home is not None:
+        # asv keeps its machine records in ~/.asv-machine.json: a test must not add one to the user's.
+        env["HOME"] = str(home)
+    return subprocess.run(
+        [str(ASV), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+@pytest.mark.slow
+def test_asv_check_finds_no_problem():
+    # -E existing:same rather than --python=same: asv 0.6.6 turns the latter into one environment per matrix entry.
+    done = run_asv("check", "-E", "existing:same", cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "No problems found" in done.stdout
+
+
+SMOKE = {
+    # benchmark -> the parameter sets run (asv's -b matches "name(param, ...)")
+    "bench_loss.Step.time_step": ["'naive', 4, 64, '{device}', 'eager'"],
+    "bench_loss.Step.peakmem_step": ["'ignore_index', 4, 64, '{device}', 'eager'"],
+    "bench_loss.Speedup.track_speedup": ["'ignore_index', 4, 64, '{device}', 'eager'"],
+    "bench_loss.SyncHazards.track_sync_hazards": ["'naive', 4, 64, '{device}'", "'ignore_index', 4, 64, '{device}'"],
+    "bench_loss.Cuda.track_cuda_syncs": ["'naive', 4, 64, 'eager'"],
+    "bench_loss.Nvml.track_gpu_busy": ["'naive', 4, 64, 'eager'"],
+    "bench_sampler.Sample.time_sample": ["'static', 1000, 1, '{device}', 'compiled'"],
+}
+CUDA_ONLY = ("bench_loss.Cuda.", "bench_loss.Nvml.")
+
+
+def smoke_selection() -> list[tuple[str, str, str]]:
+    """(benchmark, device, param text) for every parameter set the smoke run selects."""
+    chosen = []
+    for name, param_sets in SMOKE.items():
+        for params in param_sets:
+            devices = ("cpu", "cuda") if "{device}" in params else ("cuda",)
+            chosen += [(name, device, params.format(device=device)) for device in devices]
+    return chosen
+
+
+@pytest.mark.slow
+def test_a_quick_asv_run_records_numbers_here_and_skips_for_what_is_missing(tmp_path):
+    conf = load_conf()
+    for key in ("repo", "benchmark_dir", "env_dir", "html_dir"):
+        conf[key] = str(ROOT / conf[key])
+    conf["results_dir"] = str(tmp_path / "results")
+    (tmp_path / "asv.conf.json").write_text(json.dumps(conf), encoding="utf-8")
+    selection = smoke_selection()
+    regexes = [f"^{re.escape(name)}\\({re.escape(params)}\\)$" for name, _, params in selection]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+    args = ["run", "--config", str(tmp_path / "asv.conf.json"), "-E", "existing:same", "--quick", "--show-stderr",
+            "--set-commit-hash", head.stdout.strip(), "--machine", "smoke"]
+    run_asv("machine", "--yes", "--machine", "smoke", cwd=tmp_path, timeout=60, home=tmp_path)
+    for regex in regexes:
+        args += ["-b", regex]
+    done = run_asv(*args, cwd=tmp_path, timeout=600, home=tmp_path)
+    # asv exits 2 when any benchmark failed (and 0 when all ran or were skipped).
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-5000:]
+
+    [results_file] = [p for p in (tmp_path / "results" / "smoke").glob("*.json") if p.name != "machine.json"]
+    results = json.loads(results_file.read_text())["results"]
+    assert set(results) == set(SMOKE)
+    cuda = torch.cuda.is_available()
+    for name, device, params in selection:
+        values, param_lists = results[name][0], results[name][1]
+        labels = [", ".join(combo) for combo in itertools.product(*param_lists)]
+        value = values[labels.index(params)]
+        assert value is not None, f"{name}({params}) failed"
+        if device == "cuda" and not cuda:
+            assert math.isnan(value), f"{name}({params}) has {value} without a GPU: it must be skipped (n/a)"
+        else:
+            assert math.isfinite(value) and value >= 0, f"{name}({params}) = {value}"
+    if not cuda:
+        assert "asv: skipped: NotImplementedError('no CUDA device')" in done.stdout
+
