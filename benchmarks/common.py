@@ -20,10 +20,10 @@ unavailable and the others are not, the method raises asv's ``SkipNotImplemented
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -48,6 +48,7 @@ from pitfalls.probes import (
 T = TypeVar("T")
 
 GRID_ENV = "PITFALLS_GRID"
+ROUNDS_ENV = "PITFALLS_ROUNDS"
 DEVICES = ("cpu", "cuda")
 MODES = ("eager", "compiled")
 
@@ -104,16 +105,26 @@ GRIDS = {
 def grid(environ: dict[str, str] | None = None) -> Grid:
     """Return the grid that ``PITFALLS_GRID`` selects ("quick" when unset).
 
+    ``PITFALLS_ROUNDS`` overrides the grid's asv ``rounds`` of the time_ benchmarks: scripts/compare sets 2, so
+    that asv interleaves the two commits' rounds (A B, then B A) and machine drift cannot pass for a change.
+
     Args:
         environ: the environment to read; None means ``os.environ``.
 
     Returns:
         The selected `Grid`.
     """
-    name = (os.environ if environ is None else environ).get(GRID_ENV, "quick")
+    environ = os.environ if environ is None else environ
+    name = environ.get(GRID_ENV, "quick")
     if name not in GRIDS:
         raise ValueError(f"{GRID_ENV}={name!r} is not a grid; allowed: {', '.join(GRIDS)}")
-    return GRIDS[name]
+    chosen = GRIDS[name]
+    rounds = environ.get(ROUNDS_ENV)
+    if rounds is None:
+        return chosen
+    if not rounds.isdigit() or int(rounds) < 1:
+        raise ValueError(f"{ROUNDS_ENV}={rounds!r} is not a number of rounds; allowed: an integer >= 1")
+    return dataclasses.replace(chosen, rounds=int(rounds))
 
 
 GRID = grid()
@@ -264,26 +275,18 @@ def cuda_peak_mib(c: Case) -> float:
     return torch.cuda.max_memory_allocated(c.device) / 2**20
 
 
-@contextlib.contextmanager
-def cold_compile_cache() -> Iterator[None]:
-    """Point inductor's and Triton's on-disk caches at a new empty folder, so a compile time is a first compile.
+def cold_compile_cache() -> contextlib.AbstractContextManager[None]:
+    """torch's own fresh-cache context: in-memory compile caches cleared, inductor and Triton on-disk caches in a
+    new empty folder, so a compile time is a first compile even after other cases compiled in this process.
 
-    Without this, every run after the first would report the time to load cached kernels. (Kernels compiled
-    earlier in the same process can still be reused from memory.)
+    Without it, every case after the first (and every run after the first) would report the time to reuse
+    kernels compiled before.
     """
-    names = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
-    previous = {name: os.environ.get(name) for name in names}
-    with tempfile.TemporaryDirectory(prefix="pitfalls-compile-cache-") as folder:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(folder, "inductor")
-        os.environ["TRITON_CACHE_DIR"] = os.path.join(folder, "triton")
-        try:
-            yield
-        finally:
-            for name, value in previous.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+    from torch._inductor import utils as inductor_utils
+
+    # Named fresh_inductor_cache before torch 2.6 and kept as an alias for a while after.
+    fresh = getattr(inductor_utils, "fresh_cache", None) or inductor_utils.fresh_inductor_cache
+    return fresh()
 
 
 @dataclass(frozen=True)
@@ -316,6 +319,19 @@ def fitting(family: str, device: str, sweep: list[dict[str, int]]) -> list[dict[
     return kept
 
 
+_COMPILER_READY: set[torch.device] = set()
+
+
+def initialize_compiler(device: torch.device) -> None:
+    """Compile a throw-away function once per process and device, so that inductor's own start-up (imports,
+    code generators, Triton: seconds) is not billed to whichever case is compiled first."""
+    if device not in _COMPILER_READY:
+        with cold_compile_cache():
+            torch.compile(torch.add)(torch.ones(2, device=device), torch.ones(2, device=device))
+        synchronize(device)
+        _COMPILER_READY.add(device)
+
+
 def compile_figures(family: str, variant: str, device: str, sweep: list[dict[str, int]]) -> CompileFigures:
     """Compile a case's eager program afresh, with cold caches, and call it at each size of ``sweep``.
 
@@ -340,6 +356,7 @@ def compile_figures(family: str, variant: str, device: str, sweep: list[dict[str
         def inputs(sizes: dict[str, int]) -> tuple[Any, ...]:
             return first.inputs if sizes is sweep[0] else build_case(family, variant, device=device, **sizes).inputs
 
+        initialize_compiler(first.device)
         with cold_compile_cache():
             report = compile_probe(first.fn, inputs, sweep, sync=lambda: synchronize(first.device))
     return CompileFigures(

@@ -132,6 +132,13 @@ def test_grid_is_chosen_by_env_var_and_quick_is_a_subset_of_full():
     assert max(full.sampler_n) == 10_000_000 and 256 in full.loss_batch and 256 in full.loss_image_size
 
 
+def test_rounds_can_be_raised_for_interleaved_comparisons():
+    assert common.grid({"PITFALLS_GRID": "quick", "PITFALLS_ROUNDS": "3"}).rounds == 3
+    assert common.grid({"PITFALLS_GRID": "quick"}).rounds == common.GRIDS["quick"].rounds
+    with pytest.raises(ValueError, match=r"PITFALLS_ROUNDS='0'.*integer >= 1"):
+        common.grid({"PITFALLS_ROUNDS": "0"})
+
+
 def test_an_unknown_grid_is_refused_naming_the_variable_and_the_choices():
     with pytest.raises(ValueError, match=r"PITFALLS_GRID='huge'.*quick, full"):
         common.grid({"PITFALLS_GRID": "huge"})
