@@ -175,11 +175,12 @@ def asv_quick_grid(device: str, out: Path, machine: str) -> dict[str, Any]:
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         return {"skipped": "not a git checkout: asv needs the commit it measures"}
     try:
-        import asv  # noqa: F401  (only whether it is installed)
+        from asv import util
     except ImportError:
         return {"skipped": "asv is not installed (pip install asv asv-runner)"}
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
-    conf = json.loads(_strip_comments((ROOT / "asv.conf.json").read_text()))
+    # asv's own reader, as scripts/run-suite uses: the config carries // comments.
+    conf = util.load_json(str(ROOT / "asv.conf.json"), js_comments=True)
     for key in ("repo", "benchmark_dir", "env_dir", "html_dir"):
         conf[key] = str(ROOT / conf[key])
     conf["results_dir"] = str(out / "results")
@@ -197,10 +198,6 @@ def asv_quick_grid(device: str, out: Path, machine: str) -> dict[str, Any]:
     (out / "asv-run.log").write_text(done.stdout + done.stderr)
     return {"exit_code": done.returncode, "seconds": round(time.perf_counter() - started, 1),
             "results": str(out / "results" / machine), "log": str(out / "asv-run.log")}
-
-
-def _strip_comments(text: str) -> str:
-    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//"))
 
 
 def machine_name(device: str) -> str:
