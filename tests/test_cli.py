@@ -29,7 +29,7 @@ def test_check_prints_a_row_per_variant_and_exits_zero(capsys):
 
 
 def test_check_exits_nonzero_when_a_variant_differs(capsys, monkeypatch):
-    from pitfalls import loss
+    from pitfalls.families import loss
 
     class Broken(loss.WhereLoss):
         def compute(self, pred, target):

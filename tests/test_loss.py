@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pitfalls import loss
+from pitfalls.families import loss
 from pitfalls.registry import baseline, variants
 
 OPTIMIZED = [v for v in variants("loss") if v != baseline("loss")]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pitfalls import cases, equivalence, loss, registry, sampler
+from pitfalls import cases, equivalence, registry
+from pitfalls.families import loss, sampler
 
 
 def test_families_and_their_naive_variants():

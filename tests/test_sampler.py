@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import chisquare
 
-from pitfalls import sampler
+from pitfalls.families import sampler
 from pitfalls.equivalence import class_counts, sample_violations
 from pitfalls.registry import variants
 

@@ -3,9 +3,9 @@
 from pitfalls.cases import Case, SkipCase, build_case
 from pitfalls.devices import available_devices, cuda_available, resolve_device, synchronize
 from pitfalls.equivalence import Comparison, check_all
-from pitfalls.loss import SegNet, TrainConfig, make_loss, make_train_step
+from pitfalls.families.loss import SegNet, TrainConfig, make_loss, make_train_step
 from pitfalls.registry import Family, baseline, families, variants
-from pitfalls.sampler import SampleResult, SamplerConfig, make_sample_call, sample
+from pitfalls.families.sampler import SampleResult, SamplerConfig, make_sample_call, sample
 
 __all__ = [
     "Case",

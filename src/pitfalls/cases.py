@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from pitfalls import loss, sampler
+from pitfalls.families import loss, sampler
 from pitfalls.devices import cuda_available, fits, resolve_device
 from pitfalls.registry import check_variant
 

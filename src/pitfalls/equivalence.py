@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from pitfalls import loss, sampler
+from pitfalls.families import loss, sampler
 from pitfalls.devices import resolve_device
 from pitfalls.registry import baseline, families, variants
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pitfalls import loss, sampler
+from pitfalls.families import loss, sampler
 from pitfalls._checks import check_choice
 
 
