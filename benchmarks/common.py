@@ -25,6 +25,7 @@ import itertools
 import os
 import sys
 import time
+import types
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -33,12 +34,14 @@ import torch
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from pitfalls import registry
-from pitfalls.cases import DEFAULT_PARAMS, Case, SkipCase, build_case, estimate_bytes
+from pitfalls.cases import Case, SkipCase, build_case, estimate_bytes
 from pitfalls.devices import cuda_available, fits, resolve_device, synchronize
+from pitfalls.family import COMPILE, CUDA, HAZARDS, NVML, SPEEDUP
 from pitfalls.probes import (
     NvmlSampler,
     NvmlSummary,
     Unavailable,
+    compile_failure_reason,
     compile_probe,
     count_cuda_syncs,
     count_hazards,
@@ -55,50 +58,24 @@ MODES = ("eager", "compiled")
 
 @dataclass(frozen=True)
 class Grid:
-    """The sizes one grid sweeps, and how long asv may spend timing each case.
+    """How long asv spends on each case of one grid; the sizes each family sweeps are in its entry (``grids``).
 
     Attributes:
-        name: "quick" or "full".
-        loss_batch: loss family batch sizes.
-        loss_image_size: loss family image sides (square images).
-        sampler_n: sampler family item counts N.
-        sampler_batch: sampler family batch sizes (1 = one row).
+        name: "quick" or "full": the key of every family's ``grids``.
         rounds: asv ``rounds`` of time_ benchmarks (each round is a fresh process).
         repeat: asv ``repeat`` of time_ benchmarks: (min samples, max samples, max seconds) per round.
         speedup_rounds: A/B rounds of the interleaved speedup.
     """
 
     name: str
-    loss_batch: tuple[int, ...]
-    loss_image_size: tuple[int, ...]
-    sampler_n: tuple[int, ...]
-    sampler_batch: tuple[int, ...]
     rounds: int
     repeat: tuple[int, int, float]
     speedup_rounds: int
 
 
 GRIDS = {
-    "quick": Grid(
-        name="quick",
-        loss_batch=(4,),
-        loss_image_size=(64,),
-        sampler_n=(1_000, 10_000, 100_000),
-        sampler_batch=(1, 32),
-        rounds=1,
-        repeat=(5, 20, 2.0),
-        speedup_rounds=10,
-    ),
-    "full": Grid(
-        name="full",
-        loss_batch=(4, 32, 256),
-        loss_image_size=(64, 256),
-        sampler_n=(1_000, 10_000, 100_000, 1_000_000, 10_000_000),
-        sampler_batch=(1, 32),
-        rounds=2,
-        repeat=(5, 20, 10.0),
-        speedup_rounds=20,
-    ),
+    "quick": Grid(name="quick", rounds=1, repeat=(5, 20, 2.0), speedup_rounds=10),
+    "full": Grid(name="full", rounds=2, repeat=(5, 20, 10.0), speedup_rounds=20),
 }
 
 
@@ -128,8 +105,12 @@ def grid(environ: dict[str, str] | None = None) -> Grid:
 
 
 GRID = grid()
-LOSS_VARIANTS = list(registry.variants("loss"))
-SAMPLER_VARIANTS = list(registry.variants("sampler"))
+
+
+def axes(family: str) -> dict[str, tuple[Any, ...]]:
+    """The parameters the selected grid sweeps for a family, and their values, in axis order."""
+    return registry.family(family).axes(GRID.name)
+
 
 # Warm-up calls made in setup, outside every timed call: the first compiles (compiled mode) or fills the
 # allocator's caches; the second is a steady-state call.
@@ -173,12 +154,7 @@ def skipping_unavailable_cases() -> Iterator[None]:
     except SkipCase as error:
         skip(error.reason)
     except torch._dynamo.exc.BackendCompilerFailed as error:
-        inner = getattr(error, "inner_exception", error)
-        message = (str(inner).strip().splitlines() or [""])[0]
-        skip(
-            f"torch.compile failed on torch {torch.__version__} ({error.backend_name}): "
-            f"{type(inner).__name__}: {message}"
-        )
+        skip(compile_failure_reason(error))
 
 
 def figure(value: T | Unavailable) -> T:
@@ -193,18 +169,18 @@ def figure(value: T | Unavailable) -> T:
     return value
 
 
-def case(family: str, variant: str, device: str, mode: str, **sizes: int) -> Case:
+def case(family: str, variant: str, device: str, mode: str, **sizes: Any) -> Case:
     """Return the built and warmed-up case, building it once per process.
 
     asv-runner runs ``setup()`` before every timed call, so this cache is what keeps building and compiling out
     of all but the first.
 
     Args:
-        family: "loss" or "sampler".
-        variant: one of the family's variants.
+        family: a registered family.
+        variant: one of the family's variants, or "floor".
         device: "cpu" or "cuda".
         mode: "eager" or "compiled".
-        **sizes: the family's sizes (loss: batch, image_size; sampler: n, batch).
+        **sizes: the family's parameters (the others take their defaults).
 
     Returns:
         The case, already called ``WARMUP_CALLS`` times and synchronized.
@@ -309,7 +285,7 @@ def fitting(family: str, device: str, sweep: list[dict[str, int]]) -> list[dict[
     where = resolve_device(device)
     kept, reasons = [], []
     for sizes in sweep:
-        ok, reason = fits(where, estimate_bytes(family, {**DEFAULT_PARAMS[family], **sizes}))
+        ok, reason = fits(where, estimate_bytes(family, sizes))
         if ok:
             kept.append(sizes)
         else:
@@ -336,8 +312,8 @@ def compile_figures(family: str, variant: str, device: str, sweep: list[dict[str
     """Compile a case's eager program afresh, with cold caches, and call it at each size of ``sweep``.
 
     Args:
-        family: "loss" or "sampler".
-        variant: the family's variant.
+        family: a registered family.
+        variant: the family's variant, or "floor".
         device: "cpu" or "cuda".
         sweep: size dicts; those that do not fit are dropped first (see `fitting`). The first is compiled and
             timed; each later one is called once to see whether it recompiles. Each size's inputs are built
@@ -378,7 +354,7 @@ def compile_table(
     (compile seconds, graph breaks, recompiles) comes from the same compile, not one compile per asv process.
 
     Args:
-        family: "loss" or "sampler".
+        family: a registered family.
         param_names: the class's ``param_names``; "variant" and "device" are required, the rest are sizes.
         params: the class's ``params``.
         sweep: (size name, values) swept inside each case, e.g. ("n", (1000, 10000)) for recompiles across N.
@@ -388,7 +364,7 @@ def compile_table(
     """
     table: dict[tuple[Any, ...], CompileFigures | str] = {}
     for values in itertools.product(*params):
-        sizes = dict(zip(param_names, values))
+        sizes = dict(zip(param_names, values, strict=True))
         variant, device = sizes.pop("variant"), sizes.pop("device")
         sizes_sweep = [sizes] if sweep is None else [{**sizes, sweep[0]: v} for v in sweep[1]]
         try:
@@ -404,3 +380,297 @@ def compiled_figures(table: dict[tuple[Any, ...], CompileFigures | str], params:
     if isinstance(figures, str):
         skip(figures)
     return figures
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The shared benchmark shapes. A family's module subclasses them with ``family = "<name>"`` and nothing else
+# but the names asv must see there: params and units come from the family's entry. Their names start with "_",
+# so asv does not collect the bases themselves.
+
+
+# asv keeps a benchmark's results only while its ``version`` is unchanged; by default the version is a hash of the
+# benchmark's source. Moving the benchmarks onto the bases below changed that source, not what is measured, so
+# these benchmarks keep the versions their history in results/ carries. Delete an entry when what that benchmark
+# measures changes: its series then starts again, as asv intends.
+SERIES_VERSIONS = {
+    "bench_loss.Compile.track_compile_seconds": "924bb271c4c26ec791ad63c6e3bfb28de36e71144af1341130c9120709357561",
+    "bench_loss.Compile.track_graph_breaks": "ae15df2e47b90a69ad4e61cebc0a051ce1c8e69c1363233e0c52258c7468b2d3",
+    "bench_loss.Cuda.track_cuda_peak_memory": "4936fce8024483ac9111c09baa1812705b37c04bd0a40d49d0df63563d181f48",
+    "bench_loss.Cuda.track_cuda_syncs": "629f87d51eae6e7178f35c663582b7ff641f15ec1f04f475dfb44ecb5e8f6abb",
+    "bench_loss.Nvml.track_gpu_busy": "476213509ae8066e2b035b8314178dc9acd8c643f73360b7dca1e3d878867b1d",
+    "bench_loss.Nvml.track_gpu_memory": "e56af61e7b4fe7ed69e3afc229d33b432c82b9c383aa6caeb36d9231bca74b69",
+    "bench_loss.Nvml.track_gpu_power": "f879e48ef3746f24b20a6d14f37d6b3cd1c2c200bb5d8b6df0c69501ed204eae",
+    "bench_loss.Speedup.track_speedup": "22e502337874e80e26509ca4287ef1a4bdf9624b6ac7646d007e507c9080ab32",
+    "bench_loss.Step.peakmem_step": "ca282d964f83db933965a80657dfc91905ba7a45228e447dcd1b08f723625ab9",
+    "bench_loss.Step.time_step": "00f6840fece98cefbee5cc4c7ff13693eddc388b881031824823b071e00bf82a",
+    "bench_loss.SyncHazards.track_sync_hazards": "34fcd6b8f767828d3d3dd5340bb60e433bcc760cea7e906dbab7fe416320b032",
+    "bench_sampler.Compile.track_compile_seconds": "7e430a98687a89bb5217daacd7726f9aa9c3e39ea0b7a1c31bccc4d11eff8eae",
+    "bench_sampler.Compile.track_graph_breaks": "319a9f748655e75164ba9ccaf388cde029ea3b11321c233464b24f560bfb8a42",
+    "bench_sampler.Compile.track_recompiles": "b741136eed6206f6db7c35706ffa6679fc713b601b93f704bd5a145118ffc484",
+    "bench_sampler.Cuda.track_cuda_peak_memory": "a91e1dd84df8384cfdc682a1ab64dfd03eda622882cef573a703676a702a4bf9",
+    "bench_sampler.Cuda.track_cuda_syncs": "519c7479e47023e87baf35dc9bb6d539a54f099a4f90bb51290f9cca22b356ca",
+    "bench_sampler.Nvml.track_gpu_busy": "ba81a6da0c14c7404df448629c2f52adb3136930702a465bd1ce9b7016b9cfc1",
+    "bench_sampler.Nvml.track_gpu_memory": "6a80fda26db8179d5f8e2a70d531c5c9e83146b9a0ca6825f6374649d9505c8d",
+    "bench_sampler.Nvml.track_gpu_power": "4f5c62ecba64d5e262f5bf8b7ca303db2e896b384d7018cd659d222391c0c06c",
+    "bench_sampler.Sample.peakmem_sample": "079217a31a5fc6e7a688537ac1e641431ccf398b14e36cfd45c7392ac5ec61eb",
+    "bench_sampler.Sample.time_sample": "2268f9b8acce94625546440b265de45fef1f1114f846f4c8f225804f7b40fef4",
+    "bench_sampler.Speedup.track_speedup": "d6149b3c843c16156e3acc3f2378c00380ec6bf731b5d1a5cd0458d8a04d87ba",
+    "bench_sampler.SyncHazards.track_sync_hazards": "f5be34f4135e32c5d1b1fa3161c9dc8d9b180c6506fd7116f064a716cc4e7783",
+}
+
+
+def _method_copy(function: Any, name: str, **attributes: Any) -> Any:
+    """A copy of ``function`` under ``name`` with its own attributes: the ones asv reads (unit, version) belong
+    to one family's class although the code is shared."""
+    copy = types.FunctionType(function.__code__, function.__globals__, name, function.__defaults__,
+                              function.__closure__)
+    copy.__dict__.update(function.__dict__)
+    for key, value in attributes.items():
+        setattr(copy, key, value)
+    return copy
+
+
+class _FamilyBenchmark:
+    """A benchmark class of one family: its axes are the variants and the floor, then the grid's parameters.
+
+    Subclasses set ``family``; ``__init_subclass__`` fills ``param_names`` and ``params`` from the family's entry,
+    gives each benchmark method its own unit, and pins the asv ``version`` of the methods in `SERIES_VERSIONS`.
+    """
+
+    family: str = ""
+    device_axis = True
+    mode_axis = True
+    # The unit of each benchmark method; "{unit}" becomes what one call of the family is ("step", "call").
+    units: dict[str, str] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not cls.family:
+            return
+        entry = registry.family(cls.family)
+        sizes = {name: values for name, values in entry.axes(GRID.name).items() if name != cls.sweep_axis()}
+        names, values = ["variant", *sizes], [list(entry.cases), *map(list, sizes.values())]
+        if cls.device_axis:
+            names.append("device")
+            values.append(list(DEVICES))
+        if cls.mode_axis:
+            names.append("mode")
+            values.append(list(MODES))
+        cls.param_names, cls.params = names, values
+        pinned = f"{cls.__module__.rpartition('.')[2]}.{cls.__name__}."
+        for name in dir(cls):
+            attributes = {}
+            if name in cls.units:
+                attributes["unit"] = cls.units[name].format(unit=entry.unit)
+            if pinned + name in SERIES_VERSIONS:
+                attributes["version"] = SERIES_VERSIONS[pinned + name]
+            if attributes:
+                setattr(cls, name, _method_copy(getattr(cls, name), name, **attributes))
+
+    @classmethod
+    def sweep_axis(cls) -> str | None:
+        return None
+
+    def arguments(self, params: tuple[Any, ...]) -> dict[str, Any]:
+        """The parameters asv passed to setup, by name."""
+        return dict(zip(self.param_names, params, strict=True))  # type: ignore[attr-defined]
+
+    def build(self, params: tuple[Any, ...], **replaced: Any) -> Case:
+        """The case of one parameter set, built once per process; ``replaced`` overrides some parameters."""
+        args = {**self.arguments(params), **replaced}
+        variant, device, mode = args.pop("variant"), args.pop("device"), args.pop("mode", "eager")
+        return case(self.family, variant, device, mode, **args)
+
+
+class _Time(_FamilyBenchmark):
+    """Time and host peak memory of one call. `family_classes` names the methods after the family's call
+    (``time_step``, ``peakmem_step``)."""
+
+    rounds = GRID.rounds
+    repeat = GRID.repeat
+
+    def setup(self, *params: Any) -> None:
+        self.case = self.build(params)
+
+    def _time(self, *params: Any) -> None:
+        step(self.case)
+
+    def _peakmem(self, *params: Any) -> None:
+        step(self.case)
+
+
+class _Speedup(_FamilyBenchmark):
+    """Speedup over the article's starting point, the naive variant run eagerly (same sizes and device), timed
+    interleaved A B A B in one process. In compiled mode it is the gain of rewriting and compiling together."""
+
+    units = {"track_speedup": "x"}
+
+    def setup(self, *params: Any) -> None:
+        self.naive = self.build(params, variant=registry.baseline(self.family), mode="eager")
+        self.case = self.build(params)
+
+    def track_speedup(self, *params: Any) -> float:
+        return speedup(self.naive, self.case)
+
+
+class _SyncHazards(_FamilyBenchmark):
+    """Ops with data-dependent output shapes or values in one call (each a host-device sync on a GPU).
+
+    Counted on the eager program on any device; compiled mode has no column because the counter runs a compiled
+    region eagerly.
+    """
+
+    mode_axis = False
+    units = {"track_sync_hazards": "hazards/{unit}"}
+
+    def setup(self, *params: Any) -> None:
+        self.case = self.build(params)
+
+    def track_sync_hazards(self, *params: Any) -> int:
+        return sync_hazards(self.case)
+
+
+class _Compile(_FamilyBenchmark):
+    """torch.compile of the case's eager program with cold caches: compile seconds and graph breaks; where the
+    family sweeps a parameter inside one process (its ``compile_sweep``), also the graphs compiled again along it.
+
+    With a ``setup_cache`` (see `family_classes`) every case is compiled once, in one process for the class, and
+    each figure is looked up per case; without one, each process compiles its own case.
+    """
+
+    mode_axis = False
+    timeout = 3600
+    units = {"track_compile_seconds": "seconds", "track_graph_breaks": "breaks", "track_recompiles": "graphs"}
+
+    @classmethod
+    def sweep_axis(cls) -> str | None:
+        return registry.family(cls.family).compile_sweep
+
+    def _table(self, params: list[list[Any]] | None = None) -> dict[tuple[Any, ...], CompileFigures | str]:
+        axis = self.sweep_axis()
+        sweep = None if axis is None else (axis, axes(self.family)[axis])
+        return compile_table(self.family, self.param_names, params or self.params, sweep=sweep)  # type: ignore[attr-defined]
+
+    def _setup_cache(self) -> dict[tuple[Any, ...], CompileFigures | str]:
+        return self._table()
+
+    def setup(self, *args: Any) -> None:
+        # asv passes setup_cache's table first where the class has one.
+        if hasattr(self, "setup_cache"):
+            table, params = args[0], args[1:]
+        else:
+            params = args
+            table = self._table([[value] for value in params])
+        self.figures = compiled_figures(table, params)
+
+    def track_compile_seconds(self, *params: Any) -> float:
+        return self.figures.compile_s
+
+    def track_graph_breaks(self, *params: Any) -> int:
+        return self.figures.graph_breaks
+
+
+class _CompileSweep(_Compile):
+    """`_Compile` for a family with a ``compile_sweep``: also the recompiles along the swept parameter."""
+
+    def track_recompiles(self, *params: Any) -> int:
+        return self.figures.recompiles
+
+
+class _Cuda(_FamilyBenchmark):
+    """What CUDA itself reports for one call: real host-device syncs (sync debug mode) and peak allocated memory."""
+
+    device_axis = False
+    units = {"track_cuda_syncs": "syncs/{unit}", "track_cuda_peak_memory": "MiB"}
+
+    def setup(self, *params: Any) -> None:
+        require_cuda()
+        self.case = self.build(params, device="cuda")
+
+    def track_cuda_syncs(self, *params: Any) -> float:
+        return figure(cuda_syncs(self.case))
+
+    def track_cuda_peak_memory(self, *params: Any) -> float:
+        return cuda_peak_mib(self.case)
+
+
+class _Nvml(_FamilyBenchmark):
+    """What NVML sees while calls loop for a few seconds: GPU busy percent, memory in use, power. CUDA only."""
+
+    device_axis = False
+    units = {"track_gpu_busy": "%", "track_gpu_memory": "MiB", "track_gpu_power": "W"}
+
+    def setup(self, *params: Any) -> None:
+        require_cuda()
+        self.window = nvml_window(self.build(params, device="cuda"))
+
+    def track_gpu_busy(self, *params: Any) -> float:
+        return nvml_mean(self.window, "utilization_pct")
+
+    def track_gpu_memory(self, *params: Any) -> float:
+        return nvml_mean(self.window, "memory_used_mib")
+
+    def track_gpu_power(self, *params: Any) -> float:
+        return nvml_mean(self.window, "power_w")
+
+
+# The class each figure of a family's entry becomes, and its name in the family's benchmark module.
+_FIGURE_CLASSES = (
+    (SPEEDUP, "Speedup", _Speedup),
+    (HAZARDS, "SyncHazards", _SyncHazards),
+    (COMPILE, "Compile", _Compile),
+    (CUDA, "Cuda", _Cuda),
+    (NVML, "Nvml", _Nvml),
+)
+
+
+def family_classes(family: str, module: str, *, time: tuple[str, str], prefix: str = "",
+                   compile_cache: bool = True) -> dict[str, type]:
+    """The shared benchmark classes of one family, by name, for its benchmark module's namespace.
+
+    Args:
+        family: the registered family.
+        module: the ``__name__`` of the module the classes belong to (asv names benchmarks after it).
+        time: (class name, call name) of the time class: ("Step", "step") gives ``Step.time_step`` and
+            ``Step.peakmem_step``.
+        prefix: put before every other class name (families that share one module).
+        compile_cache: give the compile class a ``setup_cache``, so every case compiles once in one process.
+            asv keys that cache by the module and line of ``setup_cache``, so only one family per module may.
+
+    Returns:
+        The time class, then Speedup, SyncHazards, Compile, Cuda and Nvml where the family's figures include them.
+    """
+    entry = registry.family(family)
+    time_class, call = time
+    made = {time_class: (_Time, {f"time_{call}": _method_copy(_Time._time, f"time_{call}"),
+                                 f"peakmem_{call}": _method_copy(_Time._peakmem, f"peakmem_{call}")})}
+    for figure_name, name, base in _FIGURE_CLASSES:
+        if figure_name not in entry.figures:
+            continue
+        namespace: dict[str, Any] = {}
+        if base is _Compile:
+            base = _CompileSweep if entry.compile_sweep else _Compile
+            if compile_cache:
+                namespace["setup_cache"] = _method_copy(_Compile._setup_cache, "setup_cache", __module__=module)
+        made[prefix + name] = (base, namespace)
+    classes = {}
+    for name, (base, namespace) in made.items():
+        doc = f"{(base.__doc__ or '').strip()}\n\nFamily {family} (article {entry.article}): {entry.summary}."
+        classes[name] = type(name, (base,), {**namespace, "family": family, "__module__": module,
+                                              "__qualname__": name, "__doc__": doc})
+    return classes
+
+
+def plugin_classes(module: str) -> dict[str, type]:
+    """The shared benchmark classes of every family registered by another package or ``PITFALLS_FAMILIES``.
+
+    Each family's classes are named after it (family ``item_loop``: ``ItemLoopTime.time_call``,
+    ``ItemLoopSpeedup.track_speedup``...). They share one module, so their compile classes compile per process
+    (see `family_classes`).
+    """
+    classes: dict[str, type] = {}
+    for entry in registry.plugin_families():
+        prefix = "".join(part.capitalize() for part in entry.name.replace("-", "_").split("_"))
+        classes.update(family_classes(entry.name, module, time=(f"{prefix}Time", "call"), prefix=prefix,
+                                      compile_cache=False))
+    return classes

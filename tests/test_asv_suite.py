@@ -42,9 +42,8 @@ def import_suite_module(name: str):
 
 
 common = import_suite_module("common")
-bench_loss = import_suite_module("bench_loss")
-bench_sampler = import_suite_module("bench_sampler")
-MODULES = {"loss": bench_loss, "sampler": bench_sampler}
+MODULES = {entry.name: import_suite_module(f"bench_{entry.name}") for entry in registry.BUILTIN}
+bench_loss, bench_sampler = MODULES["loss"], MODULES["sampler"]
 
 
 def asv_known_keys() -> set[str]:
@@ -87,9 +86,9 @@ def test_conf_loads_with_asv_and_sets_what_the_suite_relies_on():
     assert any("{wheel_file}" in command for command in conf.install_command)
 
 
-def test_every_family_has_a_benchmark_module():
-    assert set(MODULES) == set(registry.families())
-    for family in registry.families():
+def test_every_built_in_family_has_a_benchmark_module():
+    assert set(MODULES) == {entry.name for entry in registry.BUILTIN}
+    for family in MODULES:
         assert (ROOT / "benchmarks" / f"bench_{family}.py").is_file()
 
 
@@ -101,19 +100,86 @@ def benchmark_classes(module):
     ]
 
 
-@pytest.mark.parametrize("family", registry.families())
-def test_every_registered_variant_is_benchmarked_by_every_class(family):
+@pytest.mark.parametrize("family", MODULES)
+def test_every_variant_and_the_floor_are_benchmarked_by_every_class(family):
     classes = benchmark_classes(MODULES[family])
     assert classes
     for cls in classes:
         assert len(cls.params) == len(cls.param_names), cls.__name__
         variants = cls.params[cls.param_names.index("variant")]
-        assert list(variants) == list(registry.variants(family)), cls.__name__
+        assert list(variants) == list(registry.family(family).cases), cls.__name__
+        assert variants[0] == registry.baseline(family) and variants[-1] == "floor"
 
 
-def test_the_baseline_is_the_registrys_naive_variant():
-    assert common.LOSS_VARIANTS[0] == registry.baseline("loss")
-    assert common.SAMPLER_VARIANTS[0] == registry.baseline("sampler")
+# The shared class of each figure, as the modules name them.
+FIGURE_CLASSES = {"speedup": "Speedup", "hazards": "SyncHazards", "compile": "Compile", "cuda": "Cuda",
+                  "nvml": "Nvml"}
+
+
+@pytest.mark.parametrize("family", MODULES)
+def test_a_module_has_the_class_of_every_figure_its_family_has_and_no_other(family):
+    names = {cls.__name__ for cls in benchmark_classes(MODULES[family])}
+    wanted = {FIGURE_CLASSES[f] for f in registry.family(family).figures if f in FIGURE_CLASSES}
+    assert wanted <= names
+    assert not (set(FIGURE_CLASSES.values()) - wanted) & names
+
+
+@pytest.mark.parametrize("family", MODULES)
+def test_the_class_axes_are_the_familys_grid(family):
+    axes = list(registry.family(family).axes(common.GRID.name))
+    for cls in benchmark_classes(MODULES[family]):
+        swept = cls.sweep_axis()
+        assert [n for n in cls.param_names if n not in ("variant", "device", "mode")] == [a for a in axes if a != swept]
+
+
+def test_speedup_is_over_the_naive_variant_run_eagerly():
+    speedup = bench_sampler.Speedup()
+    speedup.setup("static", 1000, 1, "cpu", "compiled")
+    assert (speedup.naive.variant, speedup.naive.compiled) == ("nonzero", False)
+    assert (speedup.case.variant, speedup.case.compiled) == ("static", True)
+
+
+def test_units_name_what_one_call_of_the_family_is():
+    assert bench_loss.SyncHazards.track_sync_hazards.unit == "hazards/step"
+    assert bench_sampler.SyncHazards.track_sync_hazards.unit == "hazards/call"
+    assert bench_loss.Cuda.track_cuda_syncs.unit == "syncs/step"
+    # Each class owns its copy: the shared base keeps no unit of one family.
+    assert not hasattr(common._SyncHazards.track_sync_hazards, "unit")
+
+
+def test_the_compile_classes_of_two_families_never_share_a_setup_cache():
+    # asv keys setup_cache results by module and line: a shared key would hand one family's table to another.
+    from asv_runner.benchmarks._base import get_setup_cache_key
+
+    keys = {get_setup_cache_key(module.Compile.setup_cache) for module in MODULES.values()}
+    assert len(keys) == len(MODULES)
+
+
+def test_the_committed_history_keeps_its_series():
+    # asv publishes a result only while its benchmark's version is unchanged (a hash of the source, unless
+    # pinned): every benchmark in results/ must still exist under its name, with the version it was run at.
+    script = (
+        "import sys\n"
+        "from asv_runner._aux import update_sys_path\n"
+        "from asv_runner.discovery import disc_benchmarks\n"
+        "update_sys_path(sys.argv[1])\n"
+        "for b in disc_benchmarks(sys.argv[1], ignore_import_errors=False):\n"
+        "    print(b.name, b.version)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(ROOT / "benchmarks")], capture_output=True, text=True,
+                          timeout=300, check=True)
+    suite = dict(line.split() for line in done.stdout.splitlines())
+    checked = 0
+    for path in sorted((ROOT / "results").glob("*/*.json")):
+        if path.name == "machine.json":
+            continue
+        data = json.loads(path.read_text())
+        version = data["result_columns"].index("version")
+        for name, row in data["results"].items():
+            assert name in suite, f"{path.name}: {name} is no longer in the suite"
+            assert row[version] == suite[name], f"{path.name}: {name} was run at another version"
+            checked += 1
+    assert checked >= 23
 
 
 def test_device_axis_covers_cpu_and_cuda_whatever_this_machine_has():
@@ -126,10 +192,12 @@ def test_device_axis_covers_cpu_and_cuda_whatever_this_machine_has():
 
 def test_grid_is_chosen_by_env_var_and_quick_is_a_subset_of_full():
     assert common.grid({}).name == "quick"
-    quick, full = common.grid({"PITFALLS_GRID": "quick"}), common.grid({"PITFALLS_GRID": "full"})
-    for axis in ("loss_batch", "loss_image_size", "sampler_n", "sampler_batch"):
-        assert set(getattr(quick, axis)) <= set(getattr(full, axis)), axis
-    assert max(full.sampler_n) == 10_000_000 and 256 in full.loss_batch and 256 in full.loss_image_size
+    for entry in registry.all_families().values():
+        quick, full = entry.axes("quick"), entry.axes("full")
+        for axis, values in quick.items():
+            assert set(values) <= set(full[axis]), (entry.name, axis)
+    assert max(registry.family("sampler").axes("full")["n"]) == 10_000_000
+    assert registry.family("loss").axes("full") == {"batch": (4, 32, 256), "image_size": (64, 256)}
 
 
 def test_rounds_can_be_raised_for_interleaved_comparisons():

@@ -20,6 +20,12 @@ def test_list_names_every_variant(capsys):
             assert variant in out
 
 
+def test_list_shows_each_familys_floor_and_parameters(capsys):
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "batch=8, image_size=64" in out and "num_samples=auto" in out and "floor" in out
+
+
 def test_check_prints_a_row_per_variant_and_exits_zero(capsys):
     assert cli.main(["check", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
@@ -74,10 +80,84 @@ def test_probe_refuses_an_unknown_variant(capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.main(["probe", "sampler", "naive"])
     assert exit_.value.code == 2
-    assert "sampler variant 'naive' is not known; allowed: nonzero, static" in capsys.readouterr().err
+    assert "sampler variant='naive' is not known; allowed: nonzero, static, floor" in capsys.readouterr().err
 
 
 def test_report_on_a_missing_results_folder_says_so(tmp_path, capsys):
     assert cli.main(["report", "--results", str(tmp_path / "none"), "--out", str(tmp_path / "report")]) == 2
     assert "is not a folder" in capsys.readouterr().out
     assert not (tmp_path / "report").exists()
+
+
+# Ordinary bad input: one error line under the subcommand's usage, exit 2, never a traceback.
+BAD_INPUT = [
+    (["sampler", "static", "--n", "-5"], "n=-5 is not allowed; n must be an int >= 1"),
+    (["loss", "naive", "--batch", "0"], "batch=0 is not allowed; batch must be an int >= 1"),
+    (["loss", "naive", "--image-size", "-64"], "image_size=-64 is not allowed; image_size must be an int >= 1"),
+    (["loss", "naive", "--batch", "1", "--image-size", "8", "--rounds", "0"], "rounds must be an int > 0, got 0"),
+    (["sampler", "static", "--feature-dim", "0"], "feature_dim=0 is not allowed; feature_dim must be an int >= 1"),
+    (["loss", "naive", "--device", "tpu"], "device='tpu' is not a device name; allowed: cpu, cuda, cuda:N"),
+    (["sampler", "static", "--n", "many"], "n='many' is not an int"),
+    (["sampler", "static", "--num-samples", "5"],
+     "num_samples=5 is not allowed; num_samples must be a positive even int"),
+    (["sampler", "static", "--param", "k=4"],
+     "sampler has no parameter k; allowed: n, batch, feature_dim, num_samples"),
+    (["sampler", "static", "--param", "n"], "--param 'n' is not NAME=VALUE"),
+    (["loss", "fastest"],
+     "loss variant='fastest' is not known; allowed: naive, where, sort_count, ignore_index, floor"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
+def test_bad_probe_input_is_one_line_and_exit_2(args, message, capsys):
+    # Any exception other than argparse's exit would fail this test: that is the traceback a user would see.
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["probe", *args])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if "error:" in line] == [f"pitfalls probe {args[0]}: error: {message}"]
+    assert err.startswith(f"usage: pitfalls probe {args[0]}")
+
+
+def test_bad_input_from_the_real_command_prints_no_traceback():
+    done = subprocess.run([sys.executable, "-m", "pitfalls.cli", "probe", "loss", "naive", "--device", "tpu"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "pitfalls probe loss: error: device='tpu' is not a device name; allowed: cpu, cuda, cuda:N"
+    )
+
+
+@pytest.mark.parametrize("n", [10, 30, 50, 150])
+def test_probe_sampler_works_for_any_n_the_default_k_rule_allows(n, capsys):
+    # N // 10 is 1, 3, 5, 15 here: K is rounded down to an even number, at least 2.
+    assert cli.main(["probe", "sampler", "nonzero", "--n", str(n), "--rounds", "1"]) == 0
+    k = max(2, n // 10 // 2 * 2)
+    assert f"sampler/nonzero n={n} batch=1 feature_dim=16 num_samples={k}" in capsys.readouterr().out
+
+
+def test_probe_help_states_the_k_rule(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["probe", "sampler", "--help"])
+    assert "N/10 rounded down to an even number, at least 2" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.slow
+def test_a_case_that_fails_to_compile_reads_unavailable_with_the_reason(monkeypatch, capsys):
+    import torch
+
+    from pitfalls.families import sampler
+
+    def crash(*args, **kwargs):
+        # Built by hand: the constructor's signature changes between torch versions; its fields do not.
+        error = torch._dynamo.exc.BackendCompilerFailed.__new__(torch._dynamo.exc.BackendCompilerFailed)
+        Exception.__init__(error, "backend='inductor' raised: RuntimeError: inductor fell over")
+        error.backend_name, error.inner_exception = "inductor", RuntimeError("inductor fell over")
+        raise error
+
+    monkeypatch.setattr(sampler.torch, "compile", lambda fn: crash)
+    assert cli.main(["probe", "sampler", "nonzero", "--compiled", "--n", "100", "--rounds", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("unavailable: torch.compile failed on torch") and "inductor fell over" in err
+    assert len(err.strip().splitlines()) == 1

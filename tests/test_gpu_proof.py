@@ -8,7 +8,7 @@ import pytest
 
 from pitfalls import gpu_proof
 from pitfalls.devices import cuda_available
-from pitfalls.registry import families, variants
+from pitfalls.registry import all_families
 
 
 @pytest.mark.slow
@@ -18,15 +18,23 @@ def test_dry_run_writes_every_section_with_real_hazards_and_reasons(tmp_path, ca
     report = (tmp_path / "report.md").read_text()
     assert report.strip() in capsys.readouterr().out
     rows = {(r["family"], r["variant"]): r for r in figures["syncs"]}
-    assert set(rows) == {(f, v) for f in families() for v in variants(f)}
-    assert rows[("loss", "naive")]["sync_hazards"] > 0
+    assert set(rows) == {(e.name, v) for e in all_families().values() if "hazards" in e.figures for v in e.cases}
+    # The counts pitfalls check shows, per call at the smoke size.
+    assert rows[("loss", "naive")]["sync_hazards"] == 5
     assert rows[("loss", "ignore_index")]["sync_hazards"] == 0
+    assert rows[("sampler", "nonzero")]["sync_hazards"] == 2
     assert rows[("sampler", "static")]["sync_hazards"] == 0
+    assert rows[("loss", "floor")]["sync_hazards"] == 0 and rows[("sampler", "floor")]["sync_hazards"] == 0
     if not cuda_available():
         assert all(r["cuda_syncs"].startswith("unavailable: no CUDA device") for r in rows.values())
         assert all(r["zero_together"] == "n/a" for r in rows.values())
-    headline = [r for r in figures["speedups"] if r.get("variant") == "ignore_index"]
-    assert len(headline) == 1 and headline[0]["speedup"] > 0
+    speedups = {(r["family"], r["variant"]): r for r in figures["speedups"]}
+    assert set(speedups) == {(e.name, v) for e in all_families().values() for v in e.cases[1:]}
+    for row in speedups.values():
+        # Medians of interleaved rounds: every figure is a measured time, none a placeholder.
+        assert row["speedup"] > 0 and row["naive_ms"] > 0 and row["variant_ms"] > 0
+    nvml = {(r["family"], r["variant"]) for r in figures["nvml"]}
+    assert nvml == {(e.name, v) for e in all_families().values() if "nvml" in e.figures for v in e.cases}
     for section in ("Real CUDA syncs", "NVML while", "CUDA-event time", "Speedup over naive", "asv quick grid"):
         assert section in report
 

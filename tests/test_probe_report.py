@@ -141,19 +141,21 @@ def test_render_writes_values_units_and_reasons() -> None:
 ])
 def test_bad_arguments_are_rejected(kwargs, message) -> None:
     with pytest.raises(ValueError, match=message):
-        probe_case(StandIn(without_hazard), **kwargs)
+        probe_case(StandIn(without_hazard), baseline_case=StandIn(without_hazard), **kwargs)
 
 
 def test_something_that_is_not_a_case_is_rejected() -> None:
     with pytest.raises(TypeError, match="case must be a pitfalls Case \\(it has no 'family'\\), got function"):
-        probe_case(without_hazard)  # type: ignore[arg-type]
+        probe_case(without_hazard, baseline_case=StandIn(without_hazard))  # type: ignore[arg-type]
 
 
-def test_a_registered_case_is_compared_with_its_family_baseline() -> None:
+def test_figures_that_do_not_apply_to_a_family_read_so_with_the_reason() -> None:
     from pitfalls.cases import build_case
-    from pitfalls.registry import baseline
 
     case = build_case("sampler", "static", n=1000)
-    figures = by_name(probe_case(case, nvml=FakeNVML(), **FAST))
-    assert f"speedup over {baseline('sampler')}" in figures
-    assert figures["sync hazards per call"].value == 0
+    naive = build_case("sampler", "nonzero", n=1000)
+    figures = by_name(probe_case(case, baseline_case=naive, applies=frozenset({"time", "speedup", "cuda"}),
+                                 nvml=FakeNVML(), **FAST))
+    assert "speedup over nonzero" in figures
+    assert figures["sync hazards per call"].value == Unavailable("does not apply to the sampler family")
+    assert not any(name.startswith("GPU busy") for name in figures)

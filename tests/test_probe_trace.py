@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -77,3 +79,29 @@ def test_a_missing_folder_is_rejected(tmp_path) -> None:
 def test_a_non_callable_is_rejected(tmp_path) -> None:
     with pytest.raises(TypeError, match="fn must be callable, got str"):
         export_trace("torch.nonzero", tmp_path / "t.json")  # type: ignore[arg-type]
+
+
+def test_the_profilers_own_log_lines_are_held_back_and_everything_else_passes(tmp_path):
+    # Kineto prints "USDT: ... profiler_start" from C++ straight to file descriptor 2 on every trace.
+    script = (
+        "import os, sys\n"
+        "from pitfalls.probes.trace import quiet_profiler_log\n"
+        "with quiet_profiler_log():\n"
+        "    os.write(2, b'USDT:2026 SyncActivityProfilerHandler.cpp:52] profiler_start\\n')\n"
+        "    print('a warning the user must see', file=sys.stderr)\n"
+        "    os.write(2, b'from C++, also kept\\n')\n"
+        "print('after', file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stderr.splitlines() == ["a warning the user must see", "from C++, also kept", "after"]
+
+
+def test_a_real_trace_prints_no_profiler_log_lines(tmp_path):
+    script = (
+        "import torch\n"
+        "from pitfalls.probes.trace import export_trace\n"
+        f"export_trace(lambda: torch.ones(4).sum(), {str(tmp_path / 't.json')!r}, steps=1)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert "USDT" not in done.stderr and "profiler_start" not in done.stderr
+    assert (tmp_path / "t.json").is_file()

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from scipy.stats import chisquare
 
 from pitfalls.families import sampler
-from pitfalls.equivalence import class_counts, sample_violations
+from pitfalls.families.sampler import class_counts, sample_violations
 from pitfalls.registry import variants
 
 
@@ -160,10 +160,21 @@ def test_bad_input_gets_a_clear_error(kwargs, error, message):
     [
         ("variant", "fast", "variant='fast' is not known"),
         ("n", 0, "n=0 is not allowed"),
-        ("n", 15, "num_samples=1 is not allowed"),
+        ("num_samples", 5, "num_samples=5 is not allowed; num_samples must be a positive even int"),
         ("batch", -1, "batch=-1 is not allowed"),
     ],
 )
 def test_bad_sampler_config_is_refused(field, value, message):
     with pytest.raises(ValueError, match=message):
         sampler.SamplerConfig(**{field: value})
+
+
+@pytest.mark.parametrize(("n", "k"), [(1_000, 100), (150, 14), (50, 4), (30, 2), (10, 2), (1, 2), (10_000_000, 1_000_000)])
+def test_k_defaults_to_n_over_ten_rounded_down_to_an_even_number_of_at_least_two(n, k):
+    # An odd K cannot be split into halves; N // 10 is odd for N = 50, 150 (5, 15) and 0 for N < 10.
+    assert sampler.SamplerConfig(n=n).num_samples == k
+    assert sampler.default_num_samples(n) == k
+
+
+def test_an_explicit_k_is_kept():
+    assert sampler.SamplerConfig(n=1_000, num_samples=30).num_samples == 30

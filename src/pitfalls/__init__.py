@@ -1,32 +1,39 @@
 """pitfalls: PyTorch performance pitfalls, naive and optimized, measured side by side."""
 
-from pitfalls.cases import Case, SkipCase, build_case
+from pitfalls.cases import build_case, smoke_case
 from pitfalls.devices import available_devices, cuda_available, resolve_device, synchronize
-from pitfalls.equivalence import Comparison, check_all
+from pitfalls.equivalence import check_all, same_output
 from pitfalls.families.loss import SegNet, TrainConfig, make_loss, make_train_step
-from pitfalls.registry import Family, baseline, families, variants
 from pitfalls.families.sampler import SampleResult, SamplerConfig, make_sample_call, sample
+from pitfalls.family import FLOOR, Case, Comparison, Family, Param, SkipCase
+from pitfalls.registry import all_families, baseline, families, family, variants
 
 __all__ = [
+    "FLOOR",
     "Case",
     "Comparison",
     "Family",
+    "Param",
     "SampleResult",
     "SamplerConfig",
     "SegNet",
     "SkipCase",
     "TrainConfig",
+    "all_families",
     "available_devices",
     "baseline",
     "build_case",
     "check_all",
     "cuda_available",
     "families",
+    "family",
     "make_loss",
     "make_sample_call",
     "make_train_step",
     "resolve_device",
+    "same_output",
     "sample",
+    "smoke_case",
     "synchronize",
     "variants",
 ]

@@ -1,4 +1,4 @@
-"""The ``pitfalls`` command: list the variants, check them against naive, probe one case."""
+"""The ``pitfalls`` command: list the families, check every variant against naive, probe one case, report."""
 
 from __future__ import annotations
 
@@ -6,27 +6,38 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import torch
 from rich.console import Console
 from rich.table import Table
 
-from pitfalls.cases import DEFAULT_PARAMS, SkipCase, build_case
 from pitfalls.devices import available_devices
 from pitfalls.equivalence import check_all
-from pitfalls.probes import count_cuda_syncs, count_hazards, is_available, probe_case, render
-from pitfalls.registry import FAMILIES, families, variants
-
-# Small cases for the sync columns of `check`: the counts do not depend on size, only on the code path.
-CHECK_SIZES = {"loss": {"batch": 2, "image_size": 16}, "sampler": {"n": 1_000, "batch": 1}}
+from pitfalls.family import COMPILE, CUDA, FLOOR, HAZARDS, SkipCase
+from pitfalls.probes import compile_failure_reason, count_cuda_syncs, count_hazards, is_available, probe_case, render
+from pitfalls.registry import all_families, family, load_errors
 
 
-def cmd_list(args: argparse.Namespace, console: Console) -> int:
+class CommandError(Exception):
+    """Bad input for one subcommand: printed as one line under that subcommand's usage, exit 2."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser = parser
+
+
+def cmd_list(_args: argparse.Namespace, console: Console) -> int:
     table = Table(title="pitfall families")
-    for column in ("family", "article", "variants (naive first)", "what it shows"):
-        table.add_column(column)
-    for family in FAMILIES.values():
-        table.add_row(family.name, family.article, ", ".join(family.variants), family.summary)
+    for column in ("family", "article", "variants (naive first)", "floor", "parameters (default)", "what it shows"):
+        table.add_column(column, overflow="fold")
+    for entry in all_families().values():
+        params = ", ".join(f"{p.name}={'auto' if p.default is None else p.default}" for p in entry.params)
+        table.add_row(entry.name, entry.article, ", ".join(entry.variants), FLOOR if entry.floor else "-", params,
+                      entry.summary)
     console.print(table)
+    for error in load_errors():
+        console.print(f"[red]left out: {error}")
     return 0
 
 
@@ -34,7 +45,8 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
     devices = tuple(args.device) if args.device else available_devices()
     missing = [device for device in devices if device not in available_devices()]
     if missing:
-        console.print(f"[red]device {', '.join(missing)} is not available here; available: {', '.join(available_devices())}")
+        available = ", ".join(available_devices())
+        console.print(f"[red]device {', '.join(missing)} is not available here; available: {available}")
         return 2
     rows = check_all(devices)
     table = Table(title=f"every variant against its family's naive variant ({', '.join(devices)})")
@@ -63,23 +75,62 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def sync_columns(family: str, variant: str, device: str) -> tuple[str, str]:
-    """Sync hazards (any device) and real syncs (CUDA) of one call of a small case, as table cells."""
-    case = build_case(family, variant, device=device, **CHECK_SIZES[family])
-    case()  # warm-up: one-off work (allocator, lazy init) is not the variant's cost
-    hazards = count_hazards(case).total
-    syncs = count_cuda_syncs(case, calls=3, warmup=0)
-    return str(hazards), (f"{syncs.per_call:g}" if is_available(syncs) else f"n/a: {syncs.reason}")
+def sync_columns(family_name: str, variant: str, device: str) -> tuple[str, str]:
+    """Sync hazards (any device) and real syncs (CUDA) of one call of a smoke-size case, as table cells."""
+    entry = family(family_name)
+    if HAZARDS not in entry.figures and CUDA not in entry.figures:
+        return "n/a", f"n/a: does not apply to the {family_name} family"
+    case = entry.build(variant, device=device, **entry.smoke)
+    try:
+        case()  # warm-up: one-off work (allocator, lazy init) is not the variant's cost
+        hazards = str(count_hazards(case).total) if HAZARDS in entry.figures else "n/a"
+        syncs = count_cuda_syncs(case, calls=3, warmup=0)
+    finally:
+        if case.close is not None:
+            case.close()
+    return hazards, (f"{syncs.per_call:g}" if is_available(syncs) else f"n/a: {syncs.reason}")
+
+
+def probe_params(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
+    """The family parameters given on the command line (flags and ``--param NAME=VALUE``), parsed and checked."""
+    entry = family(args.family)
+    given: dict[str, str] = {}
+    for item in args.param or ():
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise CommandError(parser, f"--param {item!r} is not NAME=VALUE")
+        given[name.strip().replace("-", "_")] = value
+    for param in entry.params:
+        text = getattr(args, f"param_{param.name}", None)
+        if text is not None:
+            given[param.name] = text
+    try:
+        return {name: entry.param(name).parse(text) for name, text in given.items()}
+    except (ValueError, TypeError) as error:
+        raise CommandError(parser, str(error)) from None
 
 
 def cmd_probe(args: argparse.Namespace, console: Console) -> int:
-    sizes = {name: getattr(args, name) for name in DEFAULT_PARAMS[args.family] if getattr(args, name) is not None}
+    parser = args.parser
+    entry = family(args.family)
     try:
-        case = build_case(args.family, args.variant, device=args.device, compiled=args.compiled, **sizes)
+        entry.check_case(args.variant)
+    except ValueError as error:
+        raise CommandError(parser, str(error)) from None
+    params = probe_params(parser, args)
+    compiled = bool(getattr(args, "compiled", False))
+    try:
+        case = entry.build(args.variant, device=args.device, compiled=compiled, **params)
+        naive = entry.build(entry.baseline, device=args.device, compiled=compiled, **case.params)
+        figures = probe_case(case, baseline_case=naive, applies=entry.figures, trace_path=args.trace,
+                             rounds=args.rounds)
     except SkipCase as skip:
-        console.print(f"[yellow]cannot run {args.family}/{args.variant} here: {skip.reason}")
+        print(f"unavailable: {args.family}/{args.variant} cannot run here: {skip.reason}", file=sys.stderr)
         return 2
-    figures = probe_case(case, trace_path=args.trace, rounds=args.rounds)
+    except torch._dynamo.exc.BackendCompilerFailed as error:
+        # As the asv suite records it: the figure cannot be measured with this torch, and why.
+        print(f"unavailable: {compile_failure_reason(error)}", file=sys.stderr)
+        return 2
     console.print(render(figures, title=case.name))
     if args.trace:
         console.print(f"trace written to {args.trace} (open in chrome://tracing or https://ui.perfetto.dev)")
@@ -98,32 +149,43 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def add_probe_parser(commands: Any) -> None:
+    """``pitfalls probe FAMILY VARIANT [options]``: one subcommand per family, its flags from its parameters."""
+    probe = commands.add_parser("probe", help="run one case and print every probe's figures")
+    per_family = probe.add_subparsers(dest="family", required=True, metavar="FAMILY")
+    for entry in all_families().values():
+        parser = per_family.add_parser(entry.name, help=entry.summary, description=f"{entry.name}: {entry.summary}")
+        parser.add_argument("variant", help=f"one of: {', '.join(entry.cases)}")
+        parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
+        if COMPILE in entry.figures:
+            parser.add_argument("--compiled", action="store_true", help="wrap the workload in torch.compile")
+        for param in entry.params:
+            default = "derived" if param.default is None else param.default
+            choices = f"; one of {', '.join(map(str, param.choices))}" if param.choices else ""
+            parser.add_argument(param.flag, dest=f"param_{param.name}", metavar=param.kind.__name__.upper(),
+                                help=f"{param.help} (default {default}{choices})")
+        parser.add_argument("--param", action="append", metavar="NAME=VALUE",
+                            help="a parameter by name (repeatable); the same as its flag")
+        parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds against naive (default 10)")
+        parser.add_argument("--trace", metavar="PATH", help="also write a Chrome trace of the case to PATH")
+        parser.set_defaults(run=cmd_probe, parser=parser)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pitfalls", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("list", help="list the families and their variants").set_defaults(run=cmd_list)
+    commands.add_parser("list", help="list the families, their variants and parameters").set_defaults(run=cmd_list)
     check = commands.add_parser("check", help="run every variant on small inputs and compare it with naive")
     check.add_argument(
         "--device", action="append", choices=("cpu", "cuda"), help="device to check on (repeatable; default: all)"
     )
     check.set_defaults(run=cmd_check)
-
-    probe = commands.add_parser("probe", help="run one case and print every probe's figures")
-    probe.add_argument("family", choices=families())
-    probe.add_argument("variant", help="a variant of the family (see `pitfalls list`)")
-    probe.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
-    probe.add_argument("--compiled", action="store_true", help="wrap the workload in torch.compile")
-    probe.add_argument("--batch", type=int, help="batch size (loss default 8, sampler default 1)")
-    probe.add_argument("--image-size", dest="image_size", type=int, help="loss: image height and width (default 64)")
-    probe.add_argument("--n", type=int, help="sampler: items per row (default 10000)")
-    probe.add_argument("--feature-dim", dest="feature_dim", type=int, help="sampler: features per item (default 16)")
-    probe.add_argument("--rounds", type=int, default=10, help="interleaved rounds against naive (default 10)")
-    probe.add_argument("--trace", metavar="PATH", help="also write a Chrome trace of the case to PATH")
-    probe.set_defaults(run=cmd_probe)
+    add_probe_parser(commands)
 
     report = commands.add_parser("report", help="asv results -> a markdown summary with charts")
     report.add_argument("--results", type=Path, default=Path("results"), help="asv results folder (default results)")
-    report.add_argument("--out", type=Path, default=Path("report"), help="folder for README.md and PNGs (default report)")
+    report.add_argument("--out", type=Path, default=Path("report"),
+                        help="folder for README.md and PNGs (default report)")
     report.add_argument("--machine", help="one asv machine name (default: every machine)")
     report.add_argument("--commit", help="a commit hash or prefix (default: each environment's newest)")
     report.set_defaults(run=cmd_report)
@@ -134,11 +196,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "probe" and args.variant not in variants(args.family):
-        parser.error(f"{args.family} variant {args.variant!r} is not known; allowed: {', '.join(variants(args.family))}")
     # Off a terminal rich would wrap tables at 80 columns; logs and CI output read better unwrapped.
     console = Console() if sys.stdout.isatty() else Console(width=160)
-    return args.run(args, console)
+    subparser = getattr(args, "parser", parser)
+    try:
+        return int(args.run(args, console))
+    except CommandError as error:
+        error.parser.error(str(error))  # usage, then one line; exits 2
+    except (ValueError, TypeError) as error:
+        # The library names the bad value and what is allowed: that line is the message, not a traceback.
+        subparser.error(str(error).splitlines()[0] if str(error) else type(error).__name__)
+    return 2
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """One command that proves the suite's GPU claims on any CUDA machine, in minutes, without a network.
 
 It measures, on the device, what a CPU machine can only reason about: real host-device syncs against the sync
-hazards counted on the eager program, NVML's view of the GPU while each loss variant loops, CUDA-event time
+hazards counted on the eager program, NVML's view of the GPU while each case loops, CUDA-event time
 against host time, the article's headline ratio (naive / ignore_index loss at batch 256, 256x256), and the asv
 quick grid's CUDA cases. Everything goes into a folder: ``report.md``, ``figures.json`` and asv's results.
 
@@ -12,6 +12,7 @@ there is no GPU; every GPU-only figure then reads "unavailable: <reason>".
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -20,14 +21,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from pitfalls.cases import SkipCase, build_case
 from pitfalls.devices import cuda_available, synchronize
+from pitfalls.family import HAZARDS, NVML, SPEEDUP, Case, Family, SkipCase
 from pitfalls.probes import (
     NvmlSampler,
     NvmlSummary,
@@ -40,42 +41,33 @@ from pitfalls.probes import (
     is_available,
     wall_time,
 )
-from pitfalls.registry import baseline, families, variants
+from pitfalls.registry import all_families
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
 class Sizes:
-    """The sizes of one proof run: real ones on a GPU, small ones for a dry run on the CPU."""
+    """How a proof run sizes its cases: the article's sizes on a GPU, every family's smoke size for a dry run.
 
-    sync_loss: dict[str, int]
-    sync_sampler: dict[str, int]
-    nvml_loss: dict[str, int]
+    Attributes:
+        article: use each family's ``article_sizes`` for NVML and speedups (else its smoke size).
+        nvml_seconds: seconds each case loops while NVML samples.
+        rounds: interleaved rounds of each speedup.
+    """
+
+    article: bool
     nvml_seconds: float
-    headline: dict[str, int]
-    headline_rounds: int
-    sampler_sweep: tuple[dict[str, int], ...] = field(default=())
+    rounds: int
+
+    def of(self, entry: Family) -> tuple[dict[str, Any], ...]:
+        """The sizes to measure a family at."""
+        sizes = entry.article_sizes if self.article and entry.article_sizes else (entry.smoke,)
+        return tuple(dict(s) for s in sizes)
 
 
-GPU_SIZES = Sizes(
-    sync_loss={"batch": 8, "image_size": 64},
-    sync_sampler={"n": 100_000, "batch": 1},
-    nvml_loss={"batch": 64, "image_size": 256},
-    nvml_seconds=3.0,
-    headline={"batch": 256, "image_size": 256},
-    headline_rounds=10,
-    sampler_sweep=({"n": 10_000, "batch": 1}, {"n": 10_000_000, "batch": 1}, {"n": 100_000, "batch": 32}),
-)
-DRY_RUN_SIZES = Sizes(
-    sync_loss={"batch": 2, "image_size": 16},
-    sync_sampler={"n": 1_000, "batch": 1},
-    nvml_loss={"batch": 2, "image_size": 16},
-    nvml_seconds=0.2,
-    headline={"batch": 2, "image_size": 32},
-    headline_rounds=3,
-    sampler_sweep=({"n": 1_000, "batch": 1}, {"n": 1_000, "batch": 4}),
-)
+GPU_SIZES = Sizes(article=True, nvml_seconds=3.0, rounds=10)
+DRY_RUN_SIZES = Sizes(article=False, nvml_seconds=0.2, rounds=3)
 
 
 def _value(figure: Any) -> Any:
@@ -83,90 +75,120 @@ def _value(figure: Any) -> Any:
     return str(figure) if isinstance(figure, Unavailable) else figure
 
 
-def syncs_against_hazards(device: str, sizes: Sizes) -> list[dict[str, Any]]:
-    """For every variant: sync hazards of the eager program and real CUDA syncs, per call."""
+def _closing(case: Case) -> None:
+    if case.close is not None:
+        case.close()
+
+
+def syncs_against_hazards(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
+    """For every variant and floor: sync hazards of the eager program and real CUDA syncs, per call.
+
+    The counts do not depend on size, only on the code path, so every family is counted at its smoke size.
+    """
     rows = []
-    for family in families():
-        params = sizes.sync_loss if family == "loss" else sizes.sync_sampler
-        for variant in variants(family):
-            case = build_case(family, variant, device=device, **params)
+    for entry in all_families().values():
+        if HAZARDS not in entry.figures:
+            continue
+        for variant in entry.cases:
+            case = entry.build(variant, device=device, **entry.smoke)
             case()
             synchronize(case.device)
             hazards = count_hazards(case).total
             syncs = count_cuda_syncs(case, calls=5, warmup=1)
+            _closing(case)
             real = syncs.per_call if is_available(syncs) else syncs
             agrees = "n/a" if not is_available(syncs) else ("yes" if (hazards == 0) == (real == 0) else "NO")
             rows.append(
-                {"family": family, "variant": variant, "sizes": params, "sync_hazards": hazards,
+                {"family": entry.name, "variant": variant, "sizes": dict(entry.smoke), "sync_hazards": hazards,
                  "cuda_syncs": _value(real), "zero_together": agrees}
             )
     return rows
 
 
 def nvml_while_looping(device: str, sizes: Sizes) -> list[dict[str, Any]]:
-    """NVML's utilization, memory, power and clock while each loss variant loops for a few seconds."""
+    """NVML's utilization, memory, power and clock while each case loops for a few seconds, at the first of
+    each family's sizes."""
     rows = []
-    for variant in variants("loss"):
-        case = build_case("loss", variant, device=device, **sizes.nvml_loss)
-        case()
-        synchronize(case.device)
-        steps = 0
-        with NvmlSampler(case.device if case.device.type == "cuda" else 0) as sampler:
-            deadline = time.perf_counter() + sizes.nvml_seconds
-            while time.perf_counter() < deadline:
-                case()
-                steps += 1
+    for entry in all_families().values():
+        if NVML not in entry.figures:
+            continue
+        params = sizes.of(entry)[0]
+        for variant in entry.cases:
+            try:
+                case = entry.build(variant, device=device, **params)
+            except SkipCase as skip:
+                rows.append({"family": entry.name, "variant": variant, "sizes": params, "skipped": skip.reason})
+                continue
+            case()
             synchronize(case.device)
-        summary = sampler.summary
-        row: dict[str, Any] = {"variant": variant, "sizes": sizes.nvml_loss, "steps": steps}
-        if isinstance(summary, NvmlSummary):
-            for name in ("utilization_pct", "nvml_utilization_pct", "memory_used_mib", "power_w", "sm_clock_mhz"):
-                metric = getattr(summary, name)
-                row[name] = _value(metric) if isinstance(metric, Unavailable) else round(metric.mean, 1)
-            row["samples"] = getattr(summary.utilization_pct, "samples", 0)
-        else:
-            row["nvml"] = _value(summary)
-        rows.append(row)
+            steps = 0
+            with NvmlSampler(case.device if case.device.type == "cuda" else 0) as sampler:
+                deadline = time.perf_counter() + sizes.nvml_seconds
+                while time.perf_counter() < deadline:
+                    case()
+                    steps += 1
+                synchronize(case.device)
+            _closing(case)
+            summary = sampler.summary
+            row: dict[str, Any] = {"family": entry.name, "variant": variant, "sizes": params, "calls": steps}
+            if isinstance(summary, NvmlSummary):
+                for name in ("utilization_pct", "nvml_utilization_pct", "memory_used_mib", "power_w",
+                             "sm_clock_mhz"):
+                    metric = getattr(summary, name)
+                    row[name] = _value(metric) if isinstance(metric, Unavailable) else round(metric.mean, 1)
+                row["samples"] = getattr(summary.utilization_pct, "samples", 0)
+            else:
+                row["nvml"] = _value(summary)
+            rows.append(row)
     return rows
 
 
-def event_against_host_time(device: str, sizes: Sizes) -> list[dict[str, Any]]:
-    """CUDA-event time and host wall time of the same calls: they agree when the host timer synchronizes."""
+def event_against_host_time(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
+    """CUDA-event time and host wall time of the same calls, for each family's naive variant and its floor:
+    they agree when the host timer synchronizes."""
     rows = []
-    for variant in (baseline("loss"), variants("loss")[-1]):
-        case = build_case("loss", variant, device=device, **sizes.sync_loss)
+    for entry in all_families().values():
+        for variant in (entry.baseline, entry.cases[-1]):
+            case = entry.build(variant, device=device, **entry.smoke)
 
-        def call() -> None:
-            case()
-            synchronize(case.device)
+            def call(case: Case = case) -> None:
+                case()
+                synchronize(case.device)
 
-        host = wall_time(call, warmup=2, min_run_time=0.5).median_s * 1e3
-        events = cuda_event_time(case, calls=20, warmup=2)
-        event_ms = events.median_ms if is_available(events) else events
-        ratio = host / event_ms if is_available(event_ms) else Unavailable(str(event_ms.reason))
-        rows.append({"variant": variant, "host_ms": round(host, 3), "cuda_event_ms": _value(event_ms),
-                     "host_over_events": _value(ratio)})
+            host = wall_time(call, warmup=2, min_run_time=0.5).median_s * 1e3
+            events = cuda_event_time(case, calls=20, warmup=2)
+            _closing(case)
+            event_ms = events.median_ms if is_available(events) else events
+            ratio = host / event_ms if is_available(event_ms) else Unavailable(str(event_ms.reason))
+            rows.append({"family": entry.name, "variant": variant, "host_ms": round(host, 3),
+                         "cuda_event_ms": _value(event_ms), "host_over_events": _value(ratio)})
     return rows
 
 
 def speedups(device: str, sizes: Sizes) -> list[dict[str, Any]]:
-    """Interleaved speedups over naive: the loss headline at the article's size, and the sampler sweep."""
+    """Interleaved speedups over naive of every variant and floor, at each of the family's article sizes (the
+    loss at batch 256, 256x256 is the article's headline)."""
     rows = []
-    sweeps = [("loss", sizes.headline)] + [("sampler", s) for s in sizes.sampler_sweep]
-    for family, params in sweeps:
-        try:
-            naive = build_case(family, baseline(family), device=device, **params)
-        except SkipCase as skip:
-            rows.append({"family": family, "sizes": params, "skipped": skip.reason})
+    for entry in all_families().values():
+        if SPEEDUP not in entry.figures:
             continue
-        for variant in variants(family)[1:]:
-            candidate = build_case(family, variant, device=device, **params)
-            result = interleaved_speedup(
-                naive, candidate, rounds=sizes.headline_rounds, warmup=1, sync=lambda: synchronize(naive.device)
-            )
-            rows.append({"family": family, "variant": variant, "sizes": params, "speedup": round(result.ratio, 2),
-                         "naive_ms": round(result.baseline_median_s * 1e3, 3),
-                         "variant_ms": round(result.candidate_median_s * 1e3, 3)})
+        for params in sizes.of(entry):
+            try:
+                naive = entry.build(entry.baseline, device=device, **params)
+            except SkipCase as skip:
+                rows.append({"family": entry.name, "sizes": params, "skipped": skip.reason})
+                continue
+            for variant in entry.cases[1:]:
+                candidate = entry.build(variant, device=device, **params)
+                result = interleaved_speedup(
+                    naive, candidate, rounds=sizes.rounds, warmup=1, sync=functools.partial(synchronize, naive.device)
+                )
+                _closing(candidate)
+                rows.append({"family": entry.name, "variant": variant, "sizes": params,
+                             "speedup": round(result.ratio, 2),
+                             "naive_ms": round(result.baseline_median_s * 1e3, 3),
+                             "variant_ms": round(result.candidate_median_s * 1e3, 3)})
+            _closing(naive)
     return rows
 
 
@@ -226,14 +248,14 @@ def render_report(figures: dict[str, Any]) -> str:
         "Hazards are counted on the eager program on any device; syncs by PyTorch's CUDA sync debug mode. A variant "
         "with no hazard must show no sync, and one with hazards must show syncs.\n",
         _table(figures["syncs"]),
-        "## NVML while each loss variant loops\n",
+        "## NVML while each case loops\n",
         "Utilization is the share of time any kernel ran (not SM occupancy): a sync-bound loop can still read high.\n",
         _table(figures["nvml"]),
-        "## CUDA-event time against host time (ms per call)\n",
+        "## CUDA-event time against host time (ms per call, smoke sizes)\n",
         _table(figures["timing"]),
         "## Speedup over naive, interleaved in one process\n",
-        "The loss / ignore_index row is the article's headline: naive / ignore_index at batch 256, 256x256 "
-        "(240x on an A10G).\n",
+        "At each family's article sizes; the floor is each family's job done as fast as the hardware allows. The "
+        "loss / ignore_index row at batch 256, 256x256 is article 000's headline (240x on an A10G).\n",
         _table(figures["speedups"]),
         "## asv quick grid on this device\n",
         _table([figures["asv"]]),

@@ -1,49 +1,68 @@
-"""Fast local A/B runs with pytest-benchmark: every variant of a family timed in one session, grouped.
+"""Fast local A/B runs with pytest-benchmark: every variant and floor of a family timed in one session, grouped.
 
-    bash scripts/ab                       # all families, compared within each group
+    bash scripts/ab                       # every family over its quick grid, compared within each group
     bash scripts/ab -k sampler --benchmark-save=before   # then change code and
     bash scripts/ab -k sampler --benchmark-compare       # compare with the saved run
 
-In the normal test run these execute once each (``--benchmark-disable``), as a check that every variant runs.
+In the normal test run these execute once each (``--benchmark-disable``), as a check that every case runs and
+keeps its family's output contract.
 """
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
+import torch.utils._pytree as pytree
 
-from pitfalls.cases import build_case
 from pitfalls.devices import available_devices, synchronize
-from pitfalls.registry import families, variants
+from pitfalls.registry import all_families
 
-# Small enough for a laptop CPU; the asv suite owns the size sweeps.
-AB_SIZES = {
-    "loss": [{"batch": 4, "image_size": 32}],
-    "sampler": [{"n": 10_000, "batch": 1}, {"n": 10_000, "batch": 32}],
-}
+
+def quick_points(entry):
+    """Every parameter set of the family's quick grid (the asv suite sweeps the same)."""
+    axes = entry.axes("quick")
+    return [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
+
 
 CASES = [
-    pytest.param(family, variant, sizes, device, id=f"{family}-{variant}-{'-'.join(map(str, sizes.values()))}-{device}")
-    for family in families()
-    for sizes in AB_SIZES[family]
-    for variant in variants(family)
+    pytest.param(entry.name, variant, sizes, device,
+                 id=f"{entry.name}-{variant}-{'-'.join(map(str, sizes.values()))}-{device}")
+    for entry in all_families().values()
+    for sizes in quick_points(entry)
+    for variant in entry.cases
     for device in available_devices()
 ]
 
 
-def test_every_family_has_ab_sizes():
-    assert set(AB_SIZES) == set(families())
+def shape_of(output):
+    """The output's structure and each leaf's dtype: what every variant of a family must return alike."""
+    leaves, spec = pytree.tree_flatten(output)
+    return spec, [getattr(leaf, "dtype", type(leaf)) for leaf in leaves]
 
 
 @pytest.mark.parametrize(("family", "variant", "sizes", "device"), CASES)
 def test_ab(benchmark, family, variant, sizes, device):
-    case = build_case(family, variant, device=device, **sizes)
+    entry = all_families()[family]
+    case = entry.build(variant, device=device, **sizes)
     benchmark.group = f"{family} {' '.join(f'{k}={v}' for k, v in sizes.items())} {device}"
     benchmark.extra_info.update(family=family, variant=variant, device=device, **sizes)
+    calls = 0
 
     def one_call():
-        case()
+        nonlocal calls
+        calls += 1
+        output = case()
         # Without the wait a CUDA call would be timed as its launch only.
         synchronize(case.device)
+        return output
 
     one_call()  # warm-up outside the timed rounds (allocator, lazy init)
-    benchmark(one_call)
+    calls = 0
+    output = benchmark(one_call)
+    if benchmark.disabled:
+        assert calls == 1
+    else:
+        assert calls >= benchmark.stats.stats.rounds
+    naive = entry.build(entry.baseline, device=device, **sizes)()
+    assert shape_of(output) == shape_of(naive)

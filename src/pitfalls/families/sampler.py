@@ -9,13 +9,16 @@ negatives: ``pos = min(P, K/2)``, ``neg = min(Q, K/2)``; if ``neg < K/2`` then `
 known once the device has counted the labels, so the host waits, it cannot be compiled into one graph, and a
 batch must be looped over in Python. ``static`` keeps every shape fixed: it always returns K slots plus a
 ``valid`` mask, so it takes a whole batch in one call and compiles into one graph.
+
+The floor is one ``topk`` over N random keys with no class logic: K items picked uniformly, the least any
+sampler of K out of N must do. It is a reference for the variants' times, not a variant.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -29,6 +32,7 @@ from pitfalls._checks import (
     check_tensor,
 )
 from pitfalls.devices import resolve_device
+from pitfalls.family import FLOOR, Case, Comparison, Family, Param
 
 POSITIVE = 1
 NEGATIVE = 0
@@ -71,7 +75,8 @@ def nonzero_sample_batched(features: Tensor, labels: Tensor, num_samples: int) -
     """Sample a batch [B, N, D] / [B, N] the only way a dynamic-shape sampler can: one row at a time."""
     rows = [nonzero_sample(features[i], labels[i], num_samples) for i in range(labels.shape[0])]
     # Rows may pick fewer than K items; pad them to K slots so the batch stacks, as the static form returns.
-    return SampleResult(*(torch.stack(parts) for parts in zip(*(_pad(row, num_samples) for row in rows))))
+    padded = [_pad(row, num_samples) for row in rows]
+    return SampleResult(*(torch.stack(parts) for parts in zip(*padded, strict=True)))
 
 
 def _pad(row: SampleResult, num_samples: int) -> SampleResult:
@@ -129,6 +134,14 @@ def static_sample(features: Tensor, labels: Tensor, num_samples: int) -> SampleR
     )
 
 
+def floor_sample(features: Tensor, labels: Tensor, num_samples: int) -> SampleResult:
+    """The floor: K items of one row or a batch by one ``topk`` over random keys, whatever their labels."""
+    k = min(num_samples, labels.shape[-1])
+    _, picked = torch.topk(torch.rand(labels.shape, device=labels.device), k)
+    picked_features = torch.gather(features, -2, picked.unsqueeze(-1).expand(*picked.shape, features.shape[-1]))
+    return SampleResult(picked_features, torch.gather(labels, -1, picked), torch.ones_like(picked, dtype=torch.bool))
+
+
 Sampler = Callable[[Tensor, Tensor, int], SampleResult]
 
 # Per variant: how it takes one row, and how it takes a batch.
@@ -136,6 +149,8 @@ VARIANTS: dict[str, tuple[Sampler, Sampler]] = {
     "nonzero": (nonzero_sample, nonzero_sample_batched),
     "static": (static_sample, static_sample),
 }
+# What a case can run: the variants and the floor.
+_CASES: dict[str, tuple[Sampler, Sampler]] = {**VARIANTS, FLOOR: (floor_sample, floor_sample)}
 
 
 def check_inputs(features: Tensor, labels: Tensor, num_samples: int) -> None:
@@ -174,30 +189,38 @@ def sample(variant: str, features: Tensor, labels: Tensor, num_samples: int) -> 
     return (batched if labels.ndim == 2 else single)(features, labels, num_samples)
 
 
+def default_num_samples(n: int, ratio: int = 10) -> int:
+    """K when none is given: N / ratio rounded down to an even number, at least 2 (half positives, half negatives)."""
+    return max(2, n // ratio // 2 * 2)
+
+
 @dataclass(frozen=True)
 class SamplerConfig:
-    """One sampling case: N items of ``feature_dim`` features, K = N // ratio picks, ``batch`` rows."""
+    """One sampling case: ``batch`` rows of N items with ``feature_dim`` features, K picks per row.
+
+    ``num_samples`` (K) defaults to `default_num_samples` (N / ``ratio`` rounded down to an even number, at
+    least 2); given, it must be a positive even int.
+    """
 
     variant: str = "nonzero"
     n: int = 10_000
     batch: int = 1
     feature_dim: int = 16
+    num_samples: int | None = None
     ratio: int = 10
     device: str = "cpu"
     compiled: bool = False
     seed: int = 0
 
     def __post_init__(self) -> None:
-        check_choice("variant", self.variant, VARIANTS)
+        check_choice("variant", self.variant, _CASES)
         check_positive_int("n", self.n)
         check_positive_int("batch", self.batch)
         check_positive_int("feature_dim", self.feature_dim)
         check_positive_int("ratio", self.ratio)
+        if self.num_samples is None:
+            object.__setattr__(self, "num_samples", default_num_samples(self.n, self.ratio))
         check_positive_int("num_samples", self.num_samples, even=True)
-
-    @property
-    def num_samples(self) -> int:
-        return self.n // self.ratio
 
 
 def estimate_sample_bytes(n: int, batch: int, feature_dim: int = 16) -> int:
@@ -222,12 +245,16 @@ class SampleCall:
         self.config = config
         self.device = resolve_device(config.device)
         self.features, self.labels = seeded_items(config.n, config.batch, config.feature_dim, self.device, config.seed)
-        single, batched = VARIANTS[config.variant]
+        single, batched = _CASES[config.variant]
         self.fn: Sampler = batched if config.batch > 1 else single
         self.call: Sampler = torch.compile(self.fn) if config.compiled else self.fn
 
     def __call__(self) -> SampleResult:
-        return self.call(self.features, self.labels, self.config.num_samples)
+        return self.call(self.features, self.labels, self.num_samples)
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.config.num_samples)  # type: ignore[arg-type]  # set in SamplerConfig.__post_init__
 
 
 def make_sample_call(config: SamplerConfig) -> SampleCall:
@@ -240,3 +267,107 @@ def make_sample_call(config: SamplerConfig) -> SampleCall:
         A zero-argument callable running one sampling call and returning its ``SampleResult``.
     """
     return SampleCall(config)
+
+
+def sample_violations(result: SampleResult, features: Tensor, labels: Tensor) -> list[str]:
+    """List how a sampling result breaks the rules (empty when it obeys them); inputs are one row or a batch."""
+    problems = []
+    rows = labels.reshape(-1, labels.shape[-1])
+    row_features = features.reshape(-1, *features.shape[-2:])
+    picked_rows = result.labels.reshape(rows.shape[0], -1)
+    valid_rows = result.valid.reshape(rows.shape[0], -1)
+    picked_feature_rows = result.features.reshape(rows.shape[0], -1, features.shape[-1])
+    for i in range(rows.shape[0]):
+        valid = valid_rows[i]
+        picked = picked_feature_rows[i][valid]
+        # Features are random normal, so matching a row of the input identifies the picked item.
+        matches = (picked.unsqueeze(1) == row_features[i].unsqueeze(0)).all(-1)
+        if not bool(matches.any(1).all()):
+            problems.append(f"row {i}: a picked feature vector is not in the input")
+            continue
+        idx = matches.float().argmax(1)
+        if idx.unique().numel() != idx.numel():
+            problems.append(f"row {i}: an item was picked twice")
+        if not bool((rows[i][idx] == picked_rows[i][valid]).all()):
+            problems.append(f"row {i}: labels do not match the picked features")
+        if not bool(((picked_rows[i][valid] == 0) | (picked_rows[i][valid] == 1)).all()):
+            problems.append(f"row {i}: an item of neither class was picked")
+    return problems
+
+
+def class_counts(result: SampleResult, batch_shape: tuple[int, ...]) -> Tensor:
+    """Return per-row (positives, negatives) among the valid picks, shape [rows, 2]."""
+    labels = result.labels.reshape(*batch_shape, -1)
+    valid = result.valid.reshape(*batch_shape, -1)
+    positives = ((labels == POSITIVE) & valid).sum(-1)
+    negatives = ((labels == NEGATIVE) & valid).sum(-1)
+    return torch.stack([positives, negatives], -1).reshape(-1, 2)
+
+
+def sampler_inputs(seed: int = 0) -> Iterator[tuple[str, Tensor, Tensor, int]]:
+    """Yield small seeded (name, features, labels, K) sets on the host, the short-class edge cases among them."""
+    generator = torch.Generator().manual_seed(seed)
+    n, d = 200, 4
+    features = torch.randn(4, n, d, generator=generator)
+    labels = torch.randint(-1, 2, (4, n), generator=generator)
+    labels[1] = torch.where(labels[1] == 1, 0, labels[1])  # no positives
+    labels[2, 10:] = -1  # fewer eligible items than K
+    yield "batch of mixed rows", features, labels, 40
+    yield "one row", features[0], labels[0], 40
+    yield "N < K", features[3, :30], labels[3, :30], 40
+
+
+def compare(family: Family, variant: str, device: torch.device) -> Comparison:
+    """Compare one sampler variant with ``nonzero``: per-row class counts, and the rules on its own picks."""
+    worst, failed = 0.0, []
+    torch.manual_seed(0)
+    for name, features, labels, k in sampler_inputs():
+        features, labels = features.to(device), labels.to(device)
+        batch_shape = tuple(labels.shape[:-1]) or (1,)
+        want = class_counts(sample(family.baseline, features, labels, k), batch_shape)
+        got_result = sample(variant, features, labels, k)
+        got = class_counts(got_result, batch_shape)
+        worst = max(worst, float((got - want).abs().max().item()))
+        problems = sample_violations(got_result, features, labels)
+        if problems or not torch.equal(got, want):
+            failed.append(name + (f" ({problems[0]})" if problems else " (class counts differ)"))
+    return Comparison(family.name, variant, str(device), not failed, worst, ", ".join(failed))
+
+
+def build(variant: str, device: torch.device, compiled: bool, params: dict[str, Any]) -> Case:
+    """One sampling call of a variant (or the floor) as a case; ``fn`` is the sampler itself."""
+    call = make_sample_call(SamplerConfig(variant=variant, device=str(device), compiled=compiled, **params))
+    params = {**params, "num_samples": call.num_samples}
+    return Case(FAMILY.name, variant, device, compiled, params, call, call.fn,
+                (call.features, call.labels, call.num_samples))
+
+
+def estimate(params: Mapping[str, Any]) -> int:
+    return estimate_sample_bytes(params["n"], params["batch"], params["feature_dim"])
+
+
+FAMILY = Family(
+    name="sampler",
+    article="004",
+    summary="balanced sampler: nonzero (dynamic shapes) vs count_nonzero/topk/gather (static shapes)",
+    variants=tuple(VARIANTS),
+    params=(
+        Param("n", 10_000, "items per row (N)"),
+        Param("batch", 1, "rows per call; nonzero loops over them in Python"),
+        Param("feature_dim", 16, "features per item"),
+        Param("num_samples", None, "picks per row (K), even; default N/10 rounded down to an even number, at least 2",
+              kind=int),
+    ),
+    builder=build,
+    estimate=estimate,
+    comparer=compare,
+    smoke={"n": 1_000, "batch": 1},
+    grids={
+        "quick": {"n": (1_000, 10_000, 100_000), "batch": (1, 32)},
+        # The article sweeps N from 1e3 to 1e7 and batches 32 rows.
+        "full": {"n": (1_000, 10_000, 100_000, 1_000_000, 10_000_000), "batch": (1, 32)},
+    },
+    article_sizes=({"n": 10_000}, {"n": 10_000_000}, {"n": 100_000, "batch": 32}),
+    compile_sweep="n",
+    unit="call",
+)

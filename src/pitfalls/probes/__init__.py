@@ -3,7 +3,15 @@
 A figure that cannot be measured here is an `Unavailable` carrying the reason, never a 0.
 """
 
-from pitfalls.probes.compiled import CompileReport, FirstCall, GraphBreak, compile_probe, first_call, reset_dynamo
+from pitfalls.probes.compiled import (
+    CompileReport,
+    FirstCall,
+    GraphBreak,
+    compile_failure_reason,
+    compile_probe,
+    first_call,
+    reset_dynamo,
+)
 from pitfalls.probes.environment import environment
 from pitfalls.probes.nvml import (
     MetricSummary,
@@ -50,6 +58,7 @@ __all__ = [
     "TraceResult",
     "Unavailable",
     "WallTiming",
+    "compile_failure_reason",
     "compile_probe",
     "count_cuda_syncs",
     "count_hazards",

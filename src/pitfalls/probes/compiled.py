@@ -24,7 +24,16 @@ from typing import Any
 
 import torch
 
-__all__ = ["CompileReport", "FirstCall", "GraphBreak", "compile_probe", "dynamic_note", "first_call", "reset_dynamo"]
+__all__ = [
+    "CompileReport",
+    "FirstCall",
+    "GraphBreak",
+    "compile_failure_reason",
+    "compile_probe",
+    "dynamic_note",
+    "first_call",
+    "reset_dynamo",
+]
 
 _DYNAMIC_NOTES = {
     None: "dynamic=None (default): first compile is for the exact sizes; a changed size recompiles once "
@@ -32,6 +41,18 @@ _DYNAMIC_NOTES = {
     False: "dynamic=False: every new size compiles a new graph, up to the recompile limit",
     True: "dynamic=True: sizes are symbolic from the first compile",
 }
+
+
+def compile_failure_reason(error: BaseException) -> str:
+    """One line saying why torch.compile failed: the torch version, the backend and the backend's own error.
+
+    A backend crash (``BackendCompilerFailed``) is a fact about that torch build, not a slow case: the suite
+    records it as a figure that cannot be measured, with this line as the reason.
+    """
+    inner = getattr(error, "inner_exception", None) or error
+    message = (str(inner).strip().splitlines() or [""])[0][:300]
+    backend = getattr(error, "backend_name", "torch.compile")
+    return f"torch.compile failed on torch {torch.__version__} ({backend}): {type(inner).__name__}: {message}"
 
 
 def dynamic_note(dynamic: bool | None) -> str:

@@ -16,8 +16,9 @@ import torch
 from rich.table import Table
 
 from pitfalls.devices import synchronize
+from pitfalls.family import ALL_FIGURES, CUDA, HAZARDS, NVML, SPEEDUP
 from pitfalls.probes._cuda import cuda_unavailable_reason, is_cuda_device
-from pitfalls.probes.compiled import first_call
+from pitfalls.probes.compiled import compile_failure_reason, first_call
 from pitfalls.probes.nvml import MetricSummary, NvmlSampler, NvmlSummary, nvml_unavailable_reason
 from pitfalls.probes.result import Unavailable
 from pitfalls.probes.syncs import count_cuda_syncs, count_hazards
@@ -67,14 +68,6 @@ def _check_positive(name: str, value: object, kind: type) -> None:
 def _not_on_cuda(case: CaseLike) -> Unavailable:
     reason = cuda_unavailable_reason()
     return Unavailable(reason if reason is not None else f"case runs on {case.device}")
-
-
-def _build_baseline(case: CaseLike) -> CaseLike:
-    from pitfalls.cases import build_case
-    from pitfalls.registry import baseline
-
-    return build_case(case.family, baseline(case.family), device=str(case.device), compiled=case.compiled,
-                      **case.params)
 
 
 def _compile_figures(case: CaseLike, sync: Callable[[], None]) -> list[ProbeFigure]:
@@ -146,10 +139,7 @@ def _peak_memory(case: CaseLike) -> ProbeFigure:
     return ProbeFigure(name, torch.cuda.max_memory_allocated(case.device) / _MIB, unit, "one call, this process")
 
 
-def _speedup(
-    case: CaseLike, baseline_case: CaseLike | None, rounds: int, sync: Callable[[], None]
-) -> ProbeFigure:
-    other = baseline_case if baseline_case is not None else _build_baseline(case)
+def _speedup(case: CaseLike, other: CaseLike, rounds: int, sync: Callable[[], None]) -> ProbeFigure:
     name = f"speedup over {other.variant}"
     note = f"{other.variant} time / this time, median of {rounds} interleaved rounds"
     if other.variant == case.variant:
@@ -159,33 +149,32 @@ def _speedup(
     except torch._dynamo.exc.BackendCompilerFailed as err:
         # The case itself compiled already (first call above), so this is the baseline failing to compile: a
         # fact about torch on this machine worth reporting, not a reason to lose every other figure.
-        inner = getattr(err, "inner_exception", err)
-        first_line = (str(inner).splitlines() or [""])[0][:200]
-        missing = Unavailable(f"{other.variant} fails to compile here: {type(inner).__name__}: {first_line}")
-        return ProbeFigure(name, missing, "x")
+        return ProbeFigure(name, Unavailable(f"{other.variant}: {compile_failure_reason(err)}"), "x")
     return ProbeFigure(name, speedup.ratio, "x", note)
 
 
 def probe_case(
     case: CaseLike,
     *,
+    baseline_case: CaseLike,
+    applies: frozenset[str] = ALL_FIGURES,
     trace_path: str | Path | None = None,
     rounds: int = 10,
     min_run_time: float = 0.5,
     nvml_seconds: float = 1.0,
-    baseline_case: CaseLike | None = None,
     nvml: Any = None,
 ) -> list[ProbeFigure]:
     """Run every probe on one case.
 
     Args:
         case: a `pitfalls.cases.Case` (or anything with its attributes that runs one call when called).
+        baseline_case: the case to compare with, usually the family's naive variant at the same parameters.
+        applies: the figures that apply to the case's family (see `pitfalls.family.ALL_FIGURES`); the others
+            read "unavailable: does not apply to the <family> family".
         trace_path: also write a Chrome trace of three calls there (hazards labelled for eager cases).
         rounds: interleaved rounds for the speedup, and calls for the CUDA sync and event counts (>= 1).
         min_run_time: seconds torch.utils.benchmark spends on the wall time (> 0).
         nvml_seconds: seconds to loop the case while NVML samples (> 0); CUDA cases only.
-        baseline_case: the case to compare with; None builds the family's naive variant with the same
-            sizes, device and compiled setting.
         nvml: the NVML binding; None imports pynvml.
 
     Returns:
@@ -217,14 +206,21 @@ def probe_case(
     events = cuda_event_time(case, calls=rounds) if is_cuda_device(case.device) else _not_on_cuda(case)
     figures.append(ProbeFigure("time per call (CUDA events)", getattr(events, "median_ms", events), "ms"))
 
-    figures.append(_speedup(case, baseline_case, rounds, sync))
-
-    figures += _hazard_figures(case)
-    syncs = count_cuda_syncs(case, calls=rounds) if is_cuda_device(case.device) else _not_on_cuda(case)
-    figures.append(ProbeFigure("host-device syncs per call", getattr(syncs, "per_call", syncs), "syncs",
-                               "CUDA sync debug mode"))
-    figures += _nvml_figures(case, nvml_seconds, nvml, sync)
-    figures.append(_peak_memory(case))
+    not_here = Unavailable(f"does not apply to the {case.family} family")
+    if SPEEDUP in applies:
+        figures.append(_speedup(case, baseline_case, rounds, sync))
+    if HAZARDS in applies:
+        figures += _hazard_figures(case)
+    else:
+        figures.append(ProbeFigure("sync hazards per call", not_here, "ops"))
+    if CUDA in applies:
+        syncs = count_cuda_syncs(case, calls=rounds) if is_cuda_device(case.device) else _not_on_cuda(case)
+        figures.append(ProbeFigure("host-device syncs per call", getattr(syncs, "per_call", syncs), "syncs",
+                                   "CUDA sync debug mode"))
+    if NVML in applies:
+        figures += _nvml_figures(case, nvml_seconds, nvml, sync)
+    if CUDA in applies:
+        figures.append(_peak_memory(case))
     if trace_path is not None:
         result = export_trace(case, trace_path, steps=3, device=case.device, label_hazards=not case.compiled)
         figures.append(ProbeFigure("trace", str(result.path), "", "open in https://ui.perfetto.dev"))

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,9 +24,35 @@ from pitfalls.devices import synchronize
 from pitfalls.probes._cuda import cuda_unavailable_reason, is_cuda_device
 from pitfalls.probes.syncs import HazardCounts, SyncHazardCounter
 
-__all__ = ["HAZARD_RANGE_PREFIX", "TraceResult", "export_trace", "hazard_ranges"]
+__all__ = ["HAZARD_RANGE_PREFIX", "TraceResult", "export_trace", "hazard_ranges", "quiet_profiler_log"]
 
 HAZARD_RANGE_PREFIX = "sync-hazard: "
+# Kineto writes these lines to the process's stderr at every profiler start and stop, from C++, with no switch
+# to turn them off; they say nothing a user of the trace needs.
+PROFILER_NOISE = ("USDT:",)
+
+
+@contextlib.contextmanager
+def quiet_profiler_log(noise: tuple[str, ...] = PROFILER_NOISE) -> Iterator[None]:
+    """Hold back the profiler's own log lines (written to file descriptor 2 from C++) and pass on the rest.
+
+    Everything else written to stderr in the block is written back when it ends, in order.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = [line for line in held.read().decode(errors="replace").splitlines(keepends=True)
+                    if not line.startswith(noise)]
+            sys.stderr.write("".join(kept))
+            sys.stderr.flush()
 
 
 @dataclass(frozen=True)
@@ -83,12 +112,13 @@ def export_trace(
         fn()
     synchronize(device)
     counter = SyncHazardCounter(label_ranges=True) if label_hazards else None
-    with profile(activities=activities) as prof, counter if counter is not None else contextlib.nullcontext():
-        for i in range(steps):
-            with record_function(f"pitfalls step {i}"):
-                fn()
-            synchronize(device)
-    prof.export_chrome_trace(str(target))
+    with quiet_profiler_log():
+        with profile(activities=activities) as prof, counter if counter is not None else contextlib.nullcontext():
+            for i in range(steps):
+                with record_function(f"pitfalls step {i}"):
+                    fn()
+                synchronize(device)
+        prof.export_chrome_trace(str(target))
     return TraceResult(
         path=target,
         steps=steps,
