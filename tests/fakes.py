@@ -79,6 +79,8 @@ class FakeNVML:
         driver_samples: (timestamp_us, value) pairs returned by nvmlDeviceGetSamples; None makes it raise
             NotFound as NVML does when nothing is newer than the timestamp.
         driver_version: what nvmlSystemGetDriverVersion returns.
+        hang: (name, event) makes the NVML call of that name wait until the event is set, as a call into a wedged
+            driver does; `stuck` is set once a call is waiting.
     """
 
     init_error: Exception | None = None
@@ -91,6 +93,7 @@ class FakeNVML:
     power_not_supported: bool = False
     driver_samples: list[tuple[int, int]] | None = None
     driver_version: str = "550.54.15"
+    hang: tuple[str, threading.Event] | None = None
 
     NVMLError = NVMLError
     NVMLError_LibraryNotFound = NVMLError_LibraryNotFound
@@ -109,8 +112,15 @@ class FakeNVML:
         self.shutdowns = 0
         self.handles: list[object] = []
         self.samples_since: list[int] = []
+        self.stuck = threading.Event()
+
+    def _maybe_hang(self, name: str) -> None:
+        if self.hang is not None and self.hang[0] == name:
+            self.stuck.set()
+            self.hang[1].wait()
 
     def nvmlInit(self) -> None:  # noqa: N802 (pynvml's names)
+        self._maybe_hang("nvmlInit")
         if self.init_error is not None:
             raise self.init_error
         self.inits += 1
@@ -122,6 +132,7 @@ class FakeNVML:
         return self.driver_version
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> object:  # noqa: N802
+        self._maybe_hang("nvmlDeviceGetHandleByIndex")
         if self.handle_error is not None:
             raise self.handle_error
         self.handles.append(("index", index))
@@ -140,28 +151,30 @@ class FakeNVML:
         if self.fail_on_call is not None and n >= self.fail_on_call[0]:
             raise self.fail_on_call[1]
 
-    def nvmlDeviceGetUtilizationRates(self, handle: object) -> SimpleNamespace:  # noqa: N802
+    def nvmlDeviceGetUtilizationRates(self, _handle: object) -> SimpleNamespace:  # noqa: N802
+        self._maybe_hang("nvmlDeviceGetUtilizationRates")
         self._tick()
         value = self.utilization.pop(0) if len(self.utilization) > 1 else self.utilization[0]
         return SimpleNamespace(gpu=value, memory=0)
 
-    def nvmlDeviceGetMemoryInfo(self, handle: object) -> SimpleNamespace:  # noqa: N802
+    def nvmlDeviceGetMemoryInfo(self, _handle: object) -> SimpleNamespace:  # noqa: N802
         self._tick()
         return SimpleNamespace(used=self.memory_used, total=self.memory_used * 4, free=self.memory_used * 3)
 
-    def nvmlDeviceGetPowerUsage(self, handle: object) -> int:  # noqa: N802
+    def nvmlDeviceGetPowerUsage(self, _handle: object) -> int:  # noqa: N802
         if self.power_not_supported:
             raise NVMLError_NotSupported(3)
         self._tick()
         return self.power_mw
 
-    def nvmlDeviceGetClockInfo(self, handle: object, kind: int) -> int:  # noqa: N802
+    def nvmlDeviceGetClockInfo(self, _handle: object, kind: int) -> int:  # noqa: N802
         assert kind == self.NVML_CLOCK_SM
         self._tick()
         return self.sm_clock
 
-    def nvmlDeviceGetSamples(self, handle: object, kind: int, since_us: int):  # noqa: N802, ANN201
+    def nvmlDeviceGetSamples(self, _handle: object, kind: int, since_us: int):  # noqa: N802, ANN201
         assert kind == self.NVML_GPU_UTILIZATION_SAMPLES
+        self._maybe_hang("nvmlDeviceGetSamples")
         self.samples_since.append(since_us)
         if self.driver_samples is None:
             raise NVMLError_NotFound(6)

@@ -42,10 +42,16 @@ def test_item_driven_branch_breaks_the_graph() -> None:
 
 
 def test_a_static_function_compiles_to_one_graph_without_breaks() -> None:
-    report = compile_probe(without_break, ones, [16], backend="eager", steady_calls=2)
+    # A clock read twice around each timed call: the first call takes 7 s of it, the two steady calls 1 s and 2 s.
+    readings = iter([100.0, 107.0, 110.0, 111.0, 120.0, 122.0])
+    report = compile_probe(
+        without_break, ones, [16], backend="eager", steady_calls=2, clock=lambda: next(readings)
+    )
     assert isinstance(report, CompileReport)
     assert (report.graphs, report.graph_breaks, report.breaks) == (1, 0, ())
-    assert report.first_call_s > 0 and report.steady_s > 0
+    assert report.first_call_s == 7.0  # the compiling call alone
+    assert report.steady_s == 1.5  # the median of the later calls, the first kept out
+    assert next(readings, None) is None  # no other call was timed
     assert report.sweep_first_call_s == ()
     assert report.recompiled_graphs == 0
 

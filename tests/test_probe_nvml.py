@@ -8,7 +8,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
 from fakes import (
     FakeClock,
     FakeNVML,
@@ -17,6 +16,7 @@ from fakes import (
     NVMLError_NotFound,
     NVMLError_Unknown,
 )
+
 from pitfalls.probes.nvml import MetricSummary, NvmlSampler, NvmlSummary, NvmlTarget, nvml_target
 from pitfalls.probes.result import Unavailable
 
@@ -155,37 +155,107 @@ def test_an_unexpected_error_in_the_thread_is_raised_not_hidden() -> None:
         with NvmlSampler(0, interval_s=FAST, nvml=nvml):
             wait_for(lambda: not sampler_threads())
     assert isinstance(info.value.__cause__, ZeroDivisionError)
+    assert (nvml.inits, nvml.shutdowns) == (1, 1)
 
 
-def test_a_thousand_start_stop_cycles_leak_no_thread() -> None:
-    before = set(threading.enumerate())
-    nvml = FakeNVML()
-    sampler = NvmlSampler(0, interval_s=0.0005, nvml=nvml)
-    for _ in range(1000):
-        with sampler:
-            pass
-        assert isinstance(sampler.summary, NvmlSummary)
-    assert set(threading.enumerate()) == before
-    assert nvml.inits == nvml.shutdowns == 1000
-
-
-def test_one_sampler_cannot_be_entered_twice_at_once() -> None:
-    sampler = NvmlSampler(0, interval_s=FAST, nvml=FakeNVML())
-    with sampler:
-        with pytest.raises(RuntimeError, match="already running"):
-            sampler.__enter__()
+def test_a_plain_error_in_a_query_still_shuts_nvml_down() -> None:
+    error = RuntimeError("the binding broke")
+    nvml = FakeNVML(fail_on_call=(5, error))  # the first full sample works, the second fails
+    with pytest.raises(RuntimeError, match="^the NVML sampling thread failed$") as info:
+        with NvmlSampler(0, interval_s=FAST, nvml=nvml):
+            wait_for(lambda: nvml.calls >= 5)
+    assert info.value.__cause__ is error
+    assert (nvml.inits, nvml.shutdowns) == (1, 1)
     assert not sampler_threads()
 
 
-def test_summary_before_the_block_has_run_is_an_error() -> None:
-    with pytest.raises(RuntimeError, match="no summary yet"):
-        _ = NvmlSampler(0, nvml=FakeNVML()).summary
+def test_a_plain_error_looking_up_the_device_still_shuts_nvml_down() -> None:
+    error = RuntimeError("the binding broke")
+    nvml = FakeNVML(handle_error=error)
+    ran = []
+    with pytest.raises(RuntimeError, match="^the NVML sampling thread failed$") as info:
+        with NvmlSampler(0, interval_s=FAST, nvml=nvml):
+            ran.append(True)
+    assert info.value.__cause__ is error
+    assert ran == []  # raised on entering: nothing was measured without its figures
+    assert (nvml.inits, nvml.shutdowns) == (1, 1)
+    assert not sampler_threads()
+
+
+HANG_S = 1.0  # the sampler's timeout in the tests below
+GUARD_S = 10.0  # how long a test lets the calling code run before it calls it hung (a guard, not a timing)
+
+
+@pytest.mark.parametrize(
+    "call", ["nvmlInit", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetSamples"]
+)
+def test_an_nvml_call_that_never_returns_is_unavailable_and_the_code_goes_on(call: str) -> None:
+    release = threading.Event()
+    nvml = FakeNVML(hang=(call, release), driver_samples=[])
+    sampler = NvmlSampler(0, interval_s=FAST, nvml=nvml, timeout_s=HANG_S)
+    ran = []
+
+    def measured_code() -> None:
+        with sampler:
+            if call == "nvmlDeviceGetUtilizationRates":
+                wait_for(nvml.stuck.is_set)  # stuck mid-block; the others hang entering or leaving it
+            ran.append(True)
+
+    caller = threading.Thread(target=measured_code, daemon=True)
+    try:
+        caller.start()
+        caller.join(GUARD_S)
+        assert not caller.is_alive(), f"a hung {call} hung the calling code"
+        assert ran == [True]
+        assert nvml.stuck.is_set()
+        assert sampler.summary == Unavailable("NVML call did not return within 1 s")
+        assert str(sampler.summary) == "unavailable: NVML call did not return within 1 s"
+        assert nvml.shutdowns == 0  # the stuck call still holds NVML: shutting down under it could hang too
+    finally:
+        release.set()
+    # Once the call returns, its thread ends and shuts NVML down.
+    wait_for(lambda: not sampler_threads())
+    assert (nvml.inits, nvml.shutdowns) == (1, 1)
+
+
+def test_a_sampler_given_up_on_samples_again_while_the_stuck_call_still_waits() -> None:
+    release = threading.Event()
+    nvml = FakeNVML(hang=("nvmlDeviceGetUtilizationRates", release))
+    sampler = NvmlSampler(0, interval_s=FAST, nvml=nvml, timeout_s=HANG_S)
+
+    def two_blocks() -> None:
+        with sampler:
+            wait_for(nvml.stuck.is_set)
+        assert sampler.summary == Unavailable("NVML call did not return within 1 s")
+        nvml.hang = None  # the stuck call goes on waiting; new calls return
+        with sampler:
+            wait_for(lambda: nvml.calls >= 8)  # the stuck call has not counted itself yet: all are this block's
+
+    caller = threading.Thread(target=two_blocks, daemon=True)
+    try:
+        caller.start()
+        caller.join(GUARD_S)
+        assert not caller.is_alive(), "a hung NVML call hung the calling code"
+        assert isinstance(sampler.summary, NvmlSummary)
+        assert sampler.summary.utilization_pct.samples >= 2
+        assert len(sampler_threads()) == 1  # the first block's, still stuck
+        assert (nvml.inits, nvml.shutdowns) == (2, 1)
+    finally:
+        release.set()
+    wait_for(lambda: not sampler_threads())
+    assert (nvml.inits, nvml.shutdowns) == (2, 2)
 
 
 @pytest.mark.parametrize("interval", [0, -1.0, "fast", True])
 def test_bad_interval_is_rejected(interval) -> None:
     with pytest.raises(ValueError, match="interval_s must be a number of seconds > 0"):
         NvmlSampler(0, interval_s=interval, nvml=FakeNVML())
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, "10", True, float("inf")])
+def test_bad_timeout_is_rejected(timeout) -> None:
+    with pytest.raises(ValueError, match=f"timeout_s must be a number of seconds > 0, got {timeout!r}"):
+        NvmlSampler(0, timeout_s=timeout, nvml=FakeNVML())
 
 
 def test_sampling_by_pci_bus_id_uses_that_handle() -> None:

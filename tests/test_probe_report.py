@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import functools
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 import torch
+from fakes import FakeClock, FakeNVML, NVMLError_LibraryNotFound
 from rich.console import Console
+from torch.utils.benchmark import Timer
 
-from fakes import FakeNVML, NVMLError_LibraryNotFound
-from pitfalls.probes import report
+from pitfalls.probes import report, timing
 from pitfalls.probes._cuda import cuda_unavailable_reason
 from pitfalls.probes.report import ProbeFigure, probe_case, render
 from pitfalls.probes.result import Unavailable
@@ -55,13 +57,26 @@ def text(figures: list[ProbeFigure]) -> str:
     return console.export_text()
 
 
-def test_an_eager_cpu_case_gets_every_figure_and_reasons_for_the_gpu_ones() -> None:
-    case = StandIn(with_nonzero, variant="naive")
-    other = StandIn(without_hazard, variant="static")
+def test_an_eager_cpu_case_gets_every_figure_and_reasons_for_the_gpu_ones(monkeypatch) -> None:
+    # Both timing probes read one fake clock; a naive call costs it 3 units, a static call 1 (powers of two).
+    clock, unit = FakeClock(), 2.0**-10
+    monkeypatch.setattr(timing, "Timer", functools.partial(Timer, timer=clock))
+    monkeypatch.setattr(report, "interleaved_speedup", functools.partial(timing.interleaved_speedup, clock=clock))
+
+    def naive() -> torch.Tensor:
+        clock.advance(3 * unit)
+        return with_nonzero()
+
+    def static() -> torch.Tensor:
+        clock.advance(unit)
+        return without_hazard()
+
+    case = StandIn(naive, variant="naive")
+    other = StandIn(static, variant="static")
     figures = by_name(probe_case(case, baseline_case=other, nvml=FakeNVML(), **FAST))
 
-    assert figures["time per call"].value > 0 and figures["time per call"].unit == "ms"
-    assert figures["speedup over static"].value > 0
+    assert figures["time per call"].value == pytest.approx(3 * unit * 1e3) and figures["time per call"].unit == "ms"
+    assert figures["speedup over static"].value == pytest.approx(1 / 3)  # static time / this time
     assert figures["sync hazards per call"].value == 1
     assert figures["  aten.nonzero.default"].value == 1
     assert "first call (compile + one run)" not in figures  # eager: no compile figures
@@ -75,7 +90,8 @@ def test_an_eager_cpu_case_gets_every_figure_and_reasons_for_the_gpu_ones() -> N
 
 def test_nvml_figures_of_a_cpu_case_name_what_stops_nvml() -> None:
     case = StandIn(without_hazard, variant="naive")
-    figures = by_name(probe_case(case, baseline_case=case, nvml=FakeNVML(init_error=NVMLError_LibraryNotFound()), **FAST))
+    nvml = FakeNVML(init_error=NVMLError_LibraryNotFound())
+    figures = by_name(probe_case(case, baseline_case=case, nvml=nvml, **FAST))
     assert figures["GPU power (NVML)"].value == Unavailable("NVML library not found")
 
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
-
 from fakes import FakeClock, FakeCuda
+from torch.utils.benchmark import Timer
+
+from pitfalls.probes import timing
 from pitfalls.probes._cuda import cuda_unavailable_reason
 from pitfalls.probes.result import Unavailable
 from pitfalls.probes.timing import (
@@ -113,14 +117,24 @@ def test_cuda_event_time_without_cuda_is_unavailable_with_the_reason() -> None:
     assert cuda_event_time(lambda: None) == Unavailable(reason)
 
 
-def test_wall_time_runs_warmup_then_measures_with_the_current_thread_count() -> None:
-    calls = []
-    result = wall_time(lambda: calls.append(1), warmup=3, min_run_time=0.01)
+@pytest.mark.parametrize("per_call_s", [2.0**-10, 2.0**-7])
+def test_wall_time_reports_the_time_per_call_its_clock_measured(monkeypatch, per_call_s) -> None:
+    clock, calls = FakeClock(), []
+
+    def call() -> None:
+        calls.append(1)
+        clock.advance(per_call_s)
+
+    # torch's own Timer, reading the fake clock: each call costs exactly per_call_s (powers of two stay exact).
+    monkeypatch.setattr(timing, "Timer", functools.partial(Timer, timer=clock))
+    min_run_time = 2.0**-5
+    result = wall_time(call, warmup=3, min_run_time=min_run_time)
     assert isinstance(result, WallTiming)
-    assert result.median_s > 0
-    assert result.blocks >= 1 and result.calls_per_block >= 1
+    assert result.median_s == per_call_s
+    assert result.iqr_s == 0.0  # every block took the same time
     assert result.num_threads == torch.get_num_threads()
-    # warm-up calls plus at least the timed blocks (the Timer also calls fn while sizing its blocks)
+    # The timed blocks fill min_run_time of the clock; warm-up calls come on top (and the Timer's sizing calls).
+    assert result.blocks * result.calls_per_block * per_call_s >= min_run_time
     assert len(calls) >= 3 + result.blocks * result.calls_per_block
 
 

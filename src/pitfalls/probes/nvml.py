@@ -7,12 +7,15 @@ SM occupancy, and a GPU running one tiny kernel at a time can read 100 %. The sa
 resolution rather than ours.
 
 The sampling thread only calls NVML and appends to lists, and sleeps on an Event between samples, so it costs
-the measured code one Python thread wake-up per interval and nothing else.
+the measured code one Python thread wake-up per interval and nothing else. It makes every NVML call, from
+nvmlInit to nvmlShutdown, so an NVML call that never returns (a wedged driver) holds that thread only: the
+sampler waits for it with a timeout, reports the figures as unavailable, and the measured code goes on.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import statistics
 import threading
@@ -37,6 +40,9 @@ __all__ = [
 ]
 
 _MIB = 1024 * 1024
+# Seconds the sampler waits for NVML when a block starts and ends; nvmlInit alone can take seconds on a machine
+# whose GPUs are not kept initialised (no persistence mode), so this is generous.
+DEFAULT_TIMEOUT_S = 10.0
 _METRICS = ("utilization_pct", "memory_used_mib", "power_w", "sm_clock_mhz")
 
 
@@ -236,6 +242,129 @@ def nvml_unavailable_reason(nvml: ModuleType | Any | None = None) -> str | None:
     return None
 
 
+class _Window:
+    """One `with` block's NVML session, owned by its sampling thread from nvmlInit to nvmlShutdown.
+
+    Every NVML call happens on that thread, so a call that never returns holds only the thread, never the code
+    being measured; the sampler waits for it with a timeout and gives up on it. The thread shuts NVML down on
+    every path after a successful nvmlInit, when its last call returns.
+    """
+
+    def __init__(self, nvml: Any, target: NvmlTarget, interval_s: float, start_us: int) -> None:
+        self.nvml = nvml
+        self.target = target
+        self.interval_s = interval_s
+        self.start_us = start_us
+        self.end_us = start_us
+        self.opened = threading.Event()
+        self.stop = threading.Event()
+        self.abandoned = False  # set when the sampler stopped waiting for this window's thread
+        self.unavailable: Unavailable | None = None
+        self.values: dict[str, list[float]] = {m: [] for m in _METRICS}
+        self.disabled: dict[str, str] = {}
+        self.failure: str | None = None
+        self.driver: MetricSummary | Unavailable = Unavailable("no samples taken")
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        nvml = self.nvml
+        initialised = False
+        try:
+            try:
+                nvml.nvmlInit()
+            except nvml.NVMLError as err:
+                self.unavailable = Unavailable(nvml_error_reason(nvml, err))
+                return
+            initialised = True
+            try:
+                if self.target.pci_bus_id is not None:
+                    handle = nvml.nvmlDeviceGetHandleByPciBusId(self.target.pci_bus_id)
+                else:
+                    handle = nvml.nvmlDeviceGetHandleByIndex(self.target.index)
+            except nvml.NVMLError as err:
+                self.unavailable = Unavailable(f"{nvml_error_reason(nvml, err)} ({self.target})")
+                return
+            self.opened.set()
+            if self.abandoned:
+                return
+            readers = _readers(nvml, handle)
+            while not self.stop.is_set():
+                self._sample_once(readers)
+                if self.failure is not None:
+                    # The driver buffer is not read from a device that just failed; NVML is shut down at once.
+                    self.driver = Unavailable(self.failure)
+                    return
+                self.stop.wait(self.interval_s)
+            if not self.abandoned:
+                self.driver = self._driver_samples(handle)  # end_us was set before stop
+        except BaseException as err:  # handed to the caller in __exit__, never swallowed
+            self.error = err
+        finally:
+            self.opened.set()
+            if initialised:
+                # A lost GPU can make shutdown fail too; that failure is already in the summary.
+                with contextlib.suppress(nvml.NVMLError):
+                    nvml.nvmlShutdown()
+
+    def _sample_once(self, readers: dict[str, Callable[[], float]]) -> None:
+        nvml = self.nvml
+        for metric, read in readers.items():
+            if metric in self.disabled:
+                continue
+            try:
+                self.values[metric].append(read())
+            except nvml.NVMLError as err:
+                reason = nvml_error_reason(nvml, err)
+                not_supported = getattr(nvml, "NVMLError_NotSupported", None)
+                if isinstance(not_supported, type) and isinstance(err, not_supported):
+                    self.disabled[metric] = reason
+                    continue
+                n = max((len(v) for v in self.values.values()), default=0)
+                self.failure = f"{reason} (mid-run, after {n} sample{'' if n == 1 else 's'})"
+                return
+
+    def _driver_samples(self, handle: Any) -> MetricSummary | Unavailable:
+        nvml = self.nvml
+        kind = getattr(nvml, "NVML_GPU_UTILIZATION_SAMPLES", None)
+        if kind is None or not hasattr(nvml, "nvmlDeviceGetSamples"):
+            return Unavailable("nvmlDeviceGetSamples not in this NVML binding")
+        try:
+            value_type, samples = nvml.nvmlDeviceGetSamples(handle, kind, self.start_us)
+        except nvml.NVMLError as err:
+            not_found = getattr(nvml, "NVMLError_NotFound", None)
+            if isinstance(not_found, type) and isinstance(err, not_found):
+                # NVML's answer when its buffer holds nothing newer than the timestamp.
+                return Unavailable("no driver utilization samples in the window")
+            return Unavailable(nvml_error_reason(nvml, err))
+        values = [
+            _sample_value(nvml, value_type, s.sampleValue)
+            for s in samples
+            if self.start_us <= s.timeStamp <= self.end_us
+        ]
+        if not values:
+            return Unavailable("no driver utilization samples in the window")
+        return _summary(values, "%")
+
+    def metric(self, metric: str, unit: str) -> MetricSummary | Unavailable:
+        values = self.values[metric]
+        if values:
+            return _summary(values, unit)
+        if metric in self.disabled:
+            return Unavailable(self.disabled[metric])
+        if self.failure is not None:
+            return Unavailable(self.failure)
+        return Unavailable("no samples taken")
+
+
+def _readers(nvml: Any, h: Any) -> dict[str, Callable[[], float]]:
+    return {
+        "utilization_pct": lambda: float(nvml.nvmlDeviceGetUtilizationRates(h).gpu),
+        "memory_used_mib": lambda: nvml.nvmlDeviceGetMemoryInfo(h).used / _MIB,
+        "power_w": lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
+        "sm_clock_mhz": lambda: float(nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM)),
+    }
+
+
 class NvmlSampler:
     """Context manager sampling one GPU through NVML in a background thread.
 
@@ -245,9 +374,11 @@ class NvmlSampler:
         nvml: the NVML binding module; None imports pynvml (nvidia-ml-py). Tests pass a fake.
         clock: monotonic seconds, for the window's duration.
         wall_clock: seconds since the epoch, to select the driver's utilization samples (µs timestamps).
+        timeout_s: how long entering and leaving the block wait for NVML (> 0); an NVML call still running
+            after it makes `summary` `Unavailable("NVML call did not return within N s")`.
 
     The block's code runs whatever NVML does; if NVML is missing, `summary` is an `Unavailable` with the reason.
-    The thread is always stopped and joined on exit, also when the block raises.
+    Every NVML call is made on the sampling thread, so a call that hangs never hangs the block or its exit.
     """
 
     def __init__(
@@ -258,59 +389,54 @@ class NvmlSampler:
         nvml: ModuleType | Any | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         if isinstance(interval_s, bool) or not isinstance(interval_s, (int, float)) or not interval_s > 0:
             raise ValueError(f"interval_s must be a number of seconds > 0, got {interval_s!r}")
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < math.inf:
+            raise ValueError(f"timeout_s must be a number of seconds > 0, got {timeout_s!r}")
         self._target = device if isinstance(device, NvmlTarget) else nvml_target(device)
         self._interval = float(interval_s)
+        self._timeout = float(timeout_s)
         self._nvml = nvml
         self._clock = clock
         self._wall_clock = wall_clock
         self._summary: NvmlSummary | Unavailable | None = None
         self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
+        self._window: _Window | None = None
+        self._unavailable: Unavailable | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
     def __enter__(self) -> NvmlSampler:
-        if self._thread is not None:
+        if self._thread is not None or self._window is not None:
             raise RuntimeError("this NvmlSampler is already running; use one `with` block at a time")
         self._summary = None
-        self._unavailable: Unavailable | None = None
-        self._values: dict[str, list[float]] = {m: [] for m in _METRICS}
-        self._disabled: dict[str, str] = {}
-        self._failure: str | None = None
-        self._thread_error: BaseException | None = None
-        self._handle = None
-        self._initialised = False
-        self._stop.clear()
+        self._unavailable = None
         self._start = self._clock()
-        self._start_us = int(self._wall_clock() * 1e6)
-        self._open()
-        if self._unavailable is None:
-            self._thread = threading.Thread(target=self._run, name="pitfalls-nvml-sampler", daemon=True)
-            self._thread.start()
-        return self
-
-    def _open(self) -> None:
+        start_us = int(self._wall_clock() * 1e6)
         nvml = self._nvml if self._nvml is not None else _import_nvml()
         if isinstance(nvml, Unavailable):
             self._unavailable = nvml
-            return
+            return self
         self._nvml = nvml
-        try:
-            nvml.nvmlInit()
-        except nvml.NVMLError as err:
-            self._unavailable = Unavailable(nvml_error_reason(nvml, err))
-            return
-        self._initialised = True
-        try:
-            if self._target.pci_bus_id is not None:
-                self._handle = nvml.nvmlDeviceGetHandleByPciBusId(self._target.pci_bus_id)
-            else:
-                self._handle = nvml.nvmlDeviceGetHandleByIndex(self._target.index)
-        except nvml.NVMLError as err:
-            self._unavailable = Unavailable(f"{nvml_error_reason(nvml, err)} ({self._target})")
+        # A window of its own per block: a thread given up on keeps its own state and stop event.
+        window = _Window(nvml, self._target, self._interval, start_us)
+        thread = threading.Thread(target=window.run, name="pitfalls-nvml-sampler", daemon=True)
+        thread.start()
+        if not window.opened.wait(self._timeout):
+            window.abandoned = True
+            window.stop.set()
+            self._unavailable = self._stuck()
+            return self
+        if window.unavailable is not None or window.error is not None:
+            thread.join(self._timeout)
+            if window.error is not None:
+                raise RuntimeError("the NVML sampling thread failed") from window.error
+            self._unavailable = window.unavailable
+            return self
+        self._window, self._thread = window, thread
+        return self
 
     def __exit__(
         self,
@@ -318,123 +444,42 @@ class NvmlSampler:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        window, thread = self._window, self._thread
+        self._window = self._thread = None
         end = self._clock()
-        end_us = int(self._wall_clock() * 1e6)
-        try:
-            if self._unavailable is not None:
-                self._summary = self._unavailable
-            else:
-                self._summary = self._build_summary(end - self._start, end_us)
-        finally:
-            self._close()
-        if self._thread_error is not None:
+        if window is None or thread is None:
+            if self._unavailable is None:
+                raise RuntimeError("this NvmlSampler was not entered; use it in a `with` block")
+            self._summary = self._unavailable
+            return
+        window.end_us = int(self._wall_clock() * 1e6)
+        window.stop.set()
+        thread.join(self._timeout)
+        if thread.is_alive():
+            # The thread shuts NVML down itself if the call ever returns; its results are not waited for.
+            window.abandoned = True
+            self._summary = self._stuck()
+            return
+        if window.error is not None:
             if exc is None:
-                raise RuntimeError("the NVML sampling thread failed") from self._thread_error
-            # The block's own exception propagates; keep the sampler's failure visible on it.
+                raise RuntimeError("the NVML sampling thread failed") from window.error
+            # The block's own exception propagates; keep the sampler's failure visible on it (3.11+).
             if hasattr(exc, "add_note"):
-                exc.add_note(f"NVML sampling thread also failed: {self._thread_error!r}")
-
-    def _close(self) -> None:
-        if self._initialised:
-            self._initialised = False
-            # A lost GPU can make shutdown fail too; that failure is already in the summary.
-            with contextlib.suppress(self._nvml.NVMLError):
-                self._nvml.nvmlShutdown()
-
-    # -- sampling --------------------------------------------------------------------------------------------
-
-    def _readers(self) -> dict[str, Callable[[], float]]:
-        nvml, h = self._nvml, self._handle
-        return {
-            "utilization_pct": lambda: float(nvml.nvmlDeviceGetUtilizationRates(h).gpu),
-            "memory_used_mib": lambda: nvml.nvmlDeviceGetMemoryInfo(h).used / _MIB,
-            "power_w": lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
-            "sm_clock_mhz": lambda: float(nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM)),
-        }
-
-    def _sample_once(self, readers: dict[str, Callable[[], float]]) -> None:
-        nvml = self._nvml
-        for metric, read in readers.items():
-            if metric in self._disabled:
-                continue
-            try:
-                self._values[metric].append(read())
-            except nvml.NVMLError as err:
-                not_supported = getattr(nvml, "NVMLError_NotSupported", None)
-                if isinstance(not_supported, type) and isinstance(err, not_supported):
-                    self._disabled[metric] = nvml_error_reason(nvml, err)
-                    continue
-                n = self._sample_count()
-                reason = nvml_error_reason(nvml, err)
-                self._failure = f"{reason} (mid-run, after {n} sample{'' if n == 1 else 's'})"
-                return
-
-    def _sample_count(self) -> int:
-        return max((len(v) for v in self._values.values()), default=0)
-
-    def _run(self) -> None:
-        try:
-            readers = self._readers()
-            while not self._stop.is_set():
-                self._sample_once(readers)
-                if self._failure is not None:
-                    return
-                self._stop.wait(self._interval)
-        except BaseException as err:  # handed to the main thread in __exit__, never swallowed
-            self._thread_error = err
-
-    # -- results ---------------------------------------------------------------------------------------------
-
-    def _metric(self, metric: str, unit: str) -> MetricSummary | Unavailable:
-        values = self._values[metric]
-        if values:
-            return _summary(values, unit)
-        if metric in self._disabled:
-            return Unavailable(self._disabled[metric])
-        if self._failure is not None:
-            return Unavailable(self._failure)
-        return Unavailable("no samples taken")
-
-    def _driver_samples(self, end_us: int) -> MetricSummary | Unavailable:
-        nvml = self._nvml
-        if self._failure is not None:
-            return Unavailable(self._failure)
-        kind = getattr(nvml, "NVML_GPU_UTILIZATION_SAMPLES", None)
-        if kind is None or not hasattr(nvml, "nvmlDeviceGetSamples"):
-            return Unavailable("nvmlDeviceGetSamples not in this NVML binding")
-        try:
-            value_type, samples = nvml.nvmlDeviceGetSamples(self._handle, kind, self._start_us)
-        except nvml.NVMLError as err:
-            not_found = getattr(nvml, "NVMLError_NotFound", None)
-            if isinstance(not_found, type) and isinstance(err, not_found):
-                # NVML's answer when its buffer holds nothing newer than the timestamp.
-                return Unavailable("no driver utilization samples in the window")
-            return Unavailable(nvml_error_reason(nvml, err))
-        values = [
-            _sample_value(nvml, value_type, s.sampleValue)
-            for s in samples
-            if self._start_us <= s.timeStamp <= end_us
-        ]
-        if not values:
-            return Unavailable("no driver utilization samples in the window")
-        return _summary(values, "%")
-
-    def _build_summary(self, duration_s: float, end_us: int) -> NvmlSummary:
-        return NvmlSummary(
+                exc.add_note(f"NVML sampling thread also failed: {window.error!r}")
+        self._summary = NvmlSummary(
             target=str(self._target),
-            duration_s=duration_s,
+            duration_s=end - self._start,
             interval_s=self._interval,
-            utilization_pct=self._metric("utilization_pct", "%"),
-            memory_used_mib=self._metric("memory_used_mib", "MiB"),
-            power_w=self._metric("power_w", "W"),
-            sm_clock_mhz=self._metric("sm_clock_mhz", "MHz"),
-            nvml_utilization_pct=self._driver_samples(end_us),
-            failure=self._failure,
+            utilization_pct=window.metric("utilization_pct", "%"),
+            memory_used_mib=window.metric("memory_used_mib", "MiB"),
+            power_w=window.metric("power_w", "W"),
+            sm_clock_mhz=window.metric("sm_clock_mhz", "MHz"),
+            nvml_utilization_pct=window.driver,
+            failure=window.failure,
         )
+
+    def _stuck(self) -> Unavailable:
+        return Unavailable(f"NVML call did not return within {self._timeout:g} s")
 
     @property
     def summary(self) -> NvmlSummary | Unavailable:

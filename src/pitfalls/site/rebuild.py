@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from pitfalls.site.assets import (
+from pitfalls.site.manifest import (
     MANIFEST_NAME,
     VENDOR_DIR,
     Build,

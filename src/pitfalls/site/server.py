@@ -5,7 +5,13 @@ interface (0.0.0.0) although it prints 127.0.0.1, and it stops serving after eac
 serves the folder that publish deletes; this server binds a loopback address only and looks the folder up by
 path on every request, so a re-published site is served at once.
 
-``python -m pitfalls.site.server [HTML_DIR] [--port N] [--host 127.0.0.1]``
+Binding loopback is not enough on its own: a page on another site can point its own name at 127.0.0.1 (DNS
+rebinding) and read whatever answers there, so a request whose ``Host`` is not this server's address or
+``localhost`` gets 403. Only regular files inside the site folder are served, after every symlink is resolved;
+folders are never listed; a connection that stops sending is closed after an idle timeout, so half-sent
+requests cannot hold threads; and a client that hangs up is not an error worth a traceback.
+
+``python -m pitfalls.site.server [HTML_DIR] [--port N] [--host 127.0.0.1] [--idle-timeout S]``
 """
 
 from __future__ import annotations
@@ -15,15 +21,22 @@ import functools
 import ipaddress
 import os
 import socket
+import stat
 import sys
 import threading
+import urllib.parse
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from http import HTTPStatus
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 DEFAULT_HOST = "127.0.0.1"
+# Seconds a connection may stay silent (mid-request or while not reading the answer) before it is closed.
+DEFAULT_IDLE_TIMEOUT_S = 10.0
+# The site's page loads fetch dozens of files at once; the stdlib's default backlog of 5 drops connections then.
+LISTEN_BACKLOG = 128
 
 
 def check_loopback(host: Any) -> str:
@@ -72,24 +85,139 @@ def _check_site(html_dir: Any) -> Path:
     return path
 
 
-class _QuietHandler(SimpleHTTPRequestHandler):
-    """Serves files without logging every request to stderr (the site makes dozens per page)."""
+def _check_idle_timeout(seconds: Any) -> float:
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < float("inf"):
+        raise ValueError(f"idle_timeout_s={seconds!r} is not allowed; use a number of seconds > 0")
+    return float(seconds)
+
+
+def allowed_hosts(server_address: tuple[Any, ...]) -> frozenset[str]:
+    """Return the ``Host`` header values a server bound at ``server_address`` answers (lower case).
+
+    Args:
+        server_address: the bound ``(host, port, ...)``.
+
+    Returns:
+        The bound address and ``localhost``, each with the port (and without it too on port 80, where browsers
+        leave it out).
+    """
+    host, port = str(server_address[0]), int(server_address[1])
+    names = {f"[{host}]" if ":" in host else host, "localhost"}
+    values = {f"{name}:{port}" for name in names}
+    if port == 80:
+        values |= names
+    return frozenset(values)
+
+
+class _SiteHandler(SimpleHTTPRequestHandler):
+    """Serves the site's regular files to requests addressed to this server, without a log line per request."""
+
+    def __init__(self, *args: Any, directory: str, idle_timeout_s: float, **kwargs: Any) -> None:
+        self._idle_timeout_s = idle_timeout_s  # before the base __init__, which handles the whole request
+        super().__init__(*args, directory=directory, **kwargs)
+
+    def setup(self) -> None:
+        super().setup()
+        # Every recv and send waits at most this long: a silent client is dropped, not waited on forever.
+        self.connection.settimeout(self._idle_timeout_s)
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        host = self.headers.get("Host")
+        allowed = allowed_hosts(cast(tuple[Any, ...], self.server.server_address))
+        if host is None or host.strip().lower() not in allowed:
+            self.send_error(
+                HTTPStatus.FORBIDDEN,
+                "Host not allowed",
+                f"this server answers only Host {', '.join(sorted(allowed))}, not {host!r}",
+            )
+            return False
+        return True
 
-class _V6Server(ThreadingHTTPServer):
+    def _site_file(self) -> Path | str | None:
+        """The resolved regular file the request names; a redirect target (str) for a folder without its '/'."""
+        root = Path(self.directory).resolve()
+        wanted = Path(self.translate_path(self.path))  # unquoted, query and '..' dropped, under the folder
+        try:
+            real = wanted.resolve()
+            if real.is_dir() and real.is_relative_to(root):
+                parts = urllib.parse.urlsplit(self.path)
+                real = (real / "index.html").resolve()
+                if real.is_relative_to(root) and real.is_file() and not parts.path.endswith("/"):
+                    # What Apache does: the folder's relative links need the trailing slash.
+                    return urllib.parse.urlunsplit(parts._replace(path=parts.path + "/"))
+        except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python < 3.13)
+            return None
+        return real if real.is_relative_to(root) and real.is_file() else None
+
+    def send_head(self) -> IO[bytes] | None:  # type: ignore[override]
+        found = self._site_file()
+        if isinstance(found, str):
+            self.send_response(HTTPStatus.MOVED_PERMANENTLY)
+            self.send_header("Location", found)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
+        if found is None:
+            self.send_error(HTTPStatus.NOT_FOUND, "File not found")
+            return None
+        # O_NOFOLLOW and the fstat check close the gap between the checks above and the open: a file swapped
+        # for a symlink or a FIFO meanwhile is refused, not followed or waited on.
+        try:
+            fd = os.open(found, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            self.send_error(HTTPStatus.NOT_FOUND, "File not found")
+            return None
+        file = os.fdopen(fd, "rb")
+        try:
+            status = os.fstat(fd)
+            if not stat.S_ISREG(status.st_mode):
+                file.close()
+                self.send_error(HTTPStatus.NOT_FOUND, "File not found")
+                return None
+            self.send_response(HTTPStatus.OK)
+            self.send_header("Content-type", self.guess_type(found))
+            self.send_header("Content-Length", str(status.st_size))
+            self.send_header("Last-Modified", self.date_time_string(int(status.st_mtime)))
+            self.end_headers()
+        except BaseException:
+            file.close()
+            raise
+        return file
+
+
+class _SiteServer(ThreadingHTTPServer):
+    request_queue_size = LISTEN_BACKLOG
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A browser that navigates away, or a client that hangs up or goes quiet, ends its connection
+        # mid-answer: that is their right, not a server error worth a traceback on stderr.
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
+
+
+class _V6SiteServer(_SiteServer):
     address_family = socket.AF_INET6
 
 
-def make_server(html_dir: str | os.PathLike[str], port: int = 0, host: str = DEFAULT_HOST) -> ThreadingHTTPServer:
+def make_server(
+    html_dir: str | os.PathLike[str],
+    port: int = 0,
+    host: str = DEFAULT_HOST,
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+) -> ThreadingHTTPServer:
     """Bind (without starting) an HTTP server for ``html_dir`` on a loopback address.
 
     Args:
         html_dir: the site folder (holds index.html).
         port: the TCP port; 0 picks a free one.
         host: a loopback address; anything else is refused.
+        idle_timeout_s: seconds a connection may send or read nothing before it is closed (> 0).
 
     Returns:
         The bound server; ``server.server_address`` holds the address and the port chosen.
@@ -97,12 +225,11 @@ def make_server(html_dir: str | os.PathLike[str], port: int = 0, host: str = DEF
     site = _check_site(html_dir)
     address = check_loopback(host)
     port = _check_port(port)
+    idle_timeout_s = _check_idle_timeout(idle_timeout_s)
     # A path string, not a chdir: each request resolves it anew, so a folder replaced by `asv publish` works.
-    handler = functools.partial(_QuietHandler, directory=str(site))
-    server_class = _V6Server if ":" in address else ThreadingHTTPServer
-    server = server_class((address, port), handler)
-    server.daemon_threads = True
-    return server
+    handler = functools.partial(_SiteHandler, directory=str(site), idle_timeout_s=idle_timeout_s)
+    server_class = _V6SiteServer if ":" in address else _SiteServer
+    return server_class((address, port), handler)
 
 
 def url_of(server: ThreadingHTTPServer) -> str:
@@ -114,18 +241,24 @@ def url_of(server: ThreadingHTTPServer) -> str:
 
 
 @contextmanager
-def serving(html_dir: str | os.PathLike[str], port: int = 0, host: str = DEFAULT_HOST) -> Iterator[str]:
+def serving(
+    html_dir: str | os.PathLike[str],
+    port: int = 0,
+    host: str = DEFAULT_HOST,
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+) -> Iterator[str]:
     """Serve ``html_dir`` in a background thread for the duration of a ``with`` block.
 
     Args:
         html_dir: the site folder.
         port: the TCP port; 0 picks a free one.
         host: a loopback address.
+        idle_timeout_s: seconds a silent connection is kept open (> 0).
 
     Yields:
         The site's URL, e.g. ``"http://127.0.0.1:43817/"``.
     """
-    server = make_server(html_dir, port=port, host=host)
+    server = make_server(html_dir, port=port, host=host, idle_timeout_s=idle_timeout_s)
     thread = threading.Thread(target=server.serve_forever, name="pitfalls-site", daemon=True)
     thread.start()
     try:
@@ -136,15 +269,21 @@ def serving(html_dir: str | os.PathLike[str], port: int = 0, host: str = DEFAULT
         thread.join()
 
 
-def serve(html_dir: str | os.PathLike[str], port: int = 0, host: str = DEFAULT_HOST) -> None:
+def serve(
+    html_dir: str | os.PathLike[str],
+    port: int = 0,
+    host: str = DEFAULT_HOST,
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+) -> None:
     """Serve ``html_dir`` until interrupted (Ctrl-C), printing the URL first.
 
     Args:
         html_dir: the site folder.
         port: the TCP port; 0 picks a free one.
         host: a loopback address.
+        idle_timeout_s: seconds a silent connection is kept open (> 0).
     """
-    server = make_server(html_dir, port=port, host=host)
+    server = make_server(html_dir, port=port, host=host, idle_timeout_s=idle_timeout_s)
     print(f"serving {Path(html_dir).resolve()} at {url_of(server)} (loopback only; Ctrl-C stops)", flush=True)
     try:
         server.serve_forever()
@@ -160,9 +299,16 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("html_dir", nargs="?", default="html", help="the site folder (default: html)")
     parser.add_argument("--port", type=int, default=8080, help="TCP port; 0 picks a free one (default: 8080)")
     parser.add_argument("--host", default=DEFAULT_HOST, help="loopback address to bind (default: 127.0.0.1)")
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=DEFAULT_IDLE_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"close a connection silent this long (default: {DEFAULT_IDLE_TIMEOUT_S:g})",
+    )
     args = parser.parse_args(None if argv is None else list(argv))
     try:
-        serve(args.html_dir, port=args.port, host=args.host)
+        serve(args.html_dir, port=args.port, host=args.host, idle_timeout_s=args.idle_timeout)
     except (TypeError, ValueError) as error:
         parser.error(str(error))
     except OSError as error:
