@@ -68,7 +68,7 @@ def test_the_newest_commit_measured_under_two_torch_versions_is_compared(readme)
     headings = [line for line in comparison.splitlines() if line.startswith("### ")]
     newest = several[-1]
     labels = " vs ".join(f"torch {v}" for v in sorted(versions[newest], key=Version))
-    assert headings == [f"### cpu-amd-epyc-2cpu: {labels} at commit {newest[:8]}"]
+    assert f"### cpu-amd-epyc-2cpu: {labels} at commit {newest[:8]}" in headings
     for older in several[:-1]:
         assert f"{older[:8]} (`cpu-amd-epyc-2cpu`)" in comparison
 
