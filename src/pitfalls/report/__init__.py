@@ -1,0 +1,40 @@
+"""asv results -> a summary table (markdown) and charts (PNG): what `pitfalls report` writes.
+
+One module per step: `rows` (the unit of data), `loading` (asv's results folder -> rows, naming what cannot be
+read), `markdown` (the tables), `chart_data` (what each chart shows) and `drawing` (matplotlib), `writing` (the
+report folder). Only `drawing` needs matplotlib, and it is loaded only when charts are drawn.
+"""
+
+from pitfalls.report.atomic import atomic_write
+from pitfalls.report.chart_data import Chart, Panel, Series, build_charts
+from pitfalls.report.loading import LoadedResults, StandIn, Unreadable, load_results, read_results, torch_version
+from pitfalls.report.markdown import NA_NOTE, comparison_markdown, format_value, summary_markdown
+from pitfalls.report.rows import FAILED, FLOOR, OK, SKIPPED, Row, baseline_variant, env_label
+from pitfalls.report.writing import charts, write_report
+
+__all__ = [
+    "FAILED",
+    "FLOOR",
+    "NA_NOTE",
+    "OK",
+    "SKIPPED",
+    "Chart",
+    "LoadedResults",
+    "Panel",
+    "Row",
+    "Series",
+    "StandIn",
+    "Unreadable",
+    "atomic_write",
+    "baseline_variant",
+    "build_charts",
+    "charts",
+    "comparison_markdown",
+    "env_label",
+    "format_value",
+    "load_results",
+    "read_results",
+    "summary_markdown",
+    "torch_version",
+    "write_report",
+]

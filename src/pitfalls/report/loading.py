@@ -1,0 +1,480 @@
+"""asv's results folder -> rows, read with asv's own loader, so the report sees what asv's site sees.
+
+A file that cannot be read, or one benchmark in it that holds something other than numbers, is left out and named
+(file, benchmark, reason) in the result and as a logged warning; the rest of the results are still reported. asv
+does not keep the reason of a skip in its results files; ``asv run --show-stderr`` prints it.
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime as dt
+import itertools
+import logging
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from asv import results as asv_results
+from asv import util as asv_util
+from asv.machine import Machine
+
+from pitfalls.report.rows import FAILED, OK, SKIPPED, Row
+
+__all__ = ["LoadedResults", "StandIn", "Unreadable", "load_results", "read_results", "torch_version"]
+
+log = logging.getLogger(__name__)
+
+# asv's benchmark types (benchmarks.json "type") -> the method-name prefix the report calls them by.
+_ASV_TYPES = {"time": "time", "peakmemory": "peakmem", "memory": "mem", "track": "track"}
+# A torch version inside an asv environment name: asv names a matrix environment "virtualenv-py3.11-torch2.13.0".
+_TORCH_IN_NAME = re.compile(r"(?:^|[-_])torch[-_]?(\d+(?:\.\d+)*[A-Za-z0-9.+]*)")
+# What a results file says about itself in its first bytes (asv writes these keys first); read from a file that
+# cannot be parsed, to tell which run it held.
+_HEADER = {
+    "commit": re.compile(r'"commit_hash":\s*"([0-9a-fA-F]+)"'),
+    "env": re.compile(r'"env_name":\s*"([^"]+)"'),
+    "date": re.compile(r'"date":\s*(\d+)'),
+}
+_NOT_RESULTS = ("machine.json", "benchmarks.json")
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A results file, or one benchmark in one, that the report could not read and left out.
+
+    Attributes:
+        path: the file, relative to the results folder ("<machine>/<commit>-<env>.json").
+        benchmark: the benchmark whose figures were left out; None when the whole file was.
+        reason: what is wrong with it.
+    """
+
+    path: str
+    benchmark: str | None
+    reason: str
+
+    def __str__(self) -> str:
+        what = f"benchmark {self.benchmark}" if self.benchmark else "the whole file"
+        return f"{self.path}: {what} left out: {self.reason}"
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """An environment whose newest results file could not be read: an older commit is shown in its place.
+
+    Attributes:
+        machine: asv machine name.
+        env: asv environment name.
+        shown_commit: the commit shown for the environment (its newest readable results).
+        path: the unreadable file, relative to the results folder.
+        unreadable_commit: the commit the unreadable file names (from its first bytes or its name), if any.
+        certain: True when the unreadable file's commit date is known to be newer; False when it is unknown.
+    """
+
+    machine: str
+    env: str
+    shown_commit: str
+    path: str
+    unreadable_commit: str | None
+    certain: bool
+
+    def __str__(self) -> str:
+        commit = f"commit {self.unreadable_commit[:8]}" if self.unreadable_commit else "an unknown commit"
+        if self.certain:
+            return (
+                f"{self.machine}, environment {self.env}: shows commit {self.shown_commit[:8]} in place of the newer "
+                f"{commit}, whose file {self.path} could not be read"
+            )
+        return (
+            f"{self.machine}, environment {self.env}: shows commit {self.shown_commit[:8]}; {self.path} ({commit}) "
+            "could not be read and may hold newer results"
+        )
+
+
+@dataclass(frozen=True)
+class LoadedResults:
+    """Everything the report is made of.
+
+    Attributes:
+        rows: one per (machine, commit, environment, benchmark, parameter combination) shown.
+        compared: the rows of the commits compared across environments (torch versions); may share rows with
+            ``rows``.
+        unreadable: files and benchmarks left out, with the reason.
+        stand_ins: environments shown at an older commit because their newest file could not be read.
+        also_compared: (machine, commit) of other commits measured in two or more environments, not compared here.
+        notes: other facts the reader should know (e.g. no benchmarks.json).
+    """
+
+    rows: tuple[Row, ...]
+    compared: tuple[Row, ...] = ()
+    unreadable: tuple[Unreadable, ...] = ()
+    stand_ins: tuple[StandIn, ...] = ()
+    also_compared: tuple[tuple[str, str], ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+class _Malformed(ValueError):
+    """One benchmark of a results file holds something the report cannot read."""
+
+
+def _ms_to_datetime(value: Any) -> dt.datetime | None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        return None
+    return dt.datetime.fromtimestamp(value / 1000, tz=dt.timezone.utc)
+
+
+def _param_value(text: Any) -> Any:
+    """asv stores parameter values as their repr; turn "'naive'" back into "naive" and "1000" into 1000."""
+    if not isinstance(text, str):
+        raise _Malformed(f"parameter value {text!r} is not asv's text form of a value")
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        # Not a literal (a class, a function...): keep asv's own display form.
+        return asv_results._format_param_value(text)
+
+
+def torch_version(params: Any, requirements: Any, env_name: Any) -> tuple[str | None, str | None]:
+    """The torch version of a run, from what asv recorded, and where it was found.
+
+    Args:
+        params: the results file's ``params`` (machine facts plus the matrix entries, e.g. ``torch``).
+        requirements: the results file's ``requirements`` (the environment's pinned packages).
+        env_name: asv's environment name (``virtualenv-py3.11-torch2.13.0``).
+
+    Returns:
+        (version, source) with source "asv params", "asv requirements" or "environment name"; (None, None) when
+        none of them names a version.
+    """
+    for source, mapping in (("asv params", params), ("asv requirements", requirements)):
+        value = mapping.get("torch") if isinstance(mapping, Mapping) else None
+        if isinstance(value, str) and value.strip(" =v"):
+            return value.strip(" =v"), source
+    match = _TORCH_IN_NAME.search(env_name) if isinstance(env_name, str) else None
+    if match:
+        return match.group(1), "environment name"
+    return None, None
+
+
+def _known_machines(root: Path) -> list[str]:
+    return sorted(p.parent.name for p in root.glob("*/machine.json"))
+
+
+def _benchmark_meta(root: Path, unreadable: list[Unreadable], notes: list[str]) -> dict[str, dict[str, Any]]:
+    """benchmarks.json (names, param names, units), read by asv; empty when absent or unreadable."""
+    path = root / "benchmarks.json"
+    if not path.is_file():
+        notes.append(
+            "No benchmarks.json in the results folder: parameter names are asv's defaults (param1, param2, ...) and "
+            "units come from the benchmark names."
+        )
+        return {}
+    try:
+        data = asv_util.load_json(str(path), api_version=2)
+    except asv_util.UserError as error:
+        unreadable.append(
+            Unreadable("benchmarks.json", None, f"{error}; parameter names and units come from the results files")
+        )
+        return {}
+    return {name: meta for name, meta in data.items() if isinstance(meta, dict)}
+
+
+def _machine_facts(root: Path, machine: str) -> dict[str, Any]:
+    try:
+        return dict(asv_util.load_json(str(root / machine / "machine.json"), api_version=Machine.api_version))
+    except (asv_util.UserError, OSError):
+        return {"machine": machine}
+
+
+def _kind_and_unit(name: str, meta: Mapping[str, Any] | None) -> tuple[str, str]:
+    """The benchmark's kind ("time", "peakmem", "mem", "track") and unit, from benchmarks.json or its name."""
+    kind = _ASV_TYPES.get(str((meta or {}).get("type")))
+    if kind is None:
+        method = name.rsplit(".", 1)[-1]
+        kind = next((k for k in ("time", "timeraw", "peakmem", "mem") if method.startswith(k + "_")), "track")
+        kind = "time" if kind == "timeraw" else kind
+    unit = (meta or {}).get("unit") or {"time": "seconds", "peakmem": "bytes", "mem": "bytes"}.get(kind, "")
+    return kind, str(unit)
+
+
+def _age(result: Any) -> tuple[float, float]:
+    """How recent a result is: by commit date, then by when its run started."""
+    started = [v for v in result.started_at.values() if isinstance(v, (int, float))]
+    date = result.date if isinstance(result.date, (int, float)) else 0
+    return (date, max(started, default=0))
+
+
+def _oldest_first(results: Iterable[Any]) -> list[Any]:
+    return sorted(results, key=lambda r: (_age(r), r.env_name))
+
+
+def _newest_per_env(loaded: list[Any]) -> list[Any]:
+    """Of each environment's results files keep the newest commit."""
+    newest: dict[str, Any] = {}
+    for result in loaded:
+        kept = newest.get(result.env_name)
+        if kept is None or _age(result) > _age(kept):
+            newest[result.env_name] = result
+    return list(newest.values())
+
+
+def _status(value: Any, combo: tuple[Any, ...]) -> tuple[str, float | None]:
+    if value is None:
+        return FAILED, None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        where = f" for parameters ({', '.join(combo)})" if combo else ""
+        raise _Malformed(f"value {value!r}{where} is not a number (nor null for a failure, NaN for a skip)")
+    if math.isnan(value):
+        return SKIPPED, None
+    return OK, float(value)
+
+
+def _benchmark_rows(result: Any, name: str, meta: Mapping[str, Any] | None, base: dict[str, Any]) -> list[Row]:
+    """The rows of one benchmark of one results file; _Malformed when it holds something else than figures."""
+    kind, unit = _kind_and_unit(name, meta)
+    params = result.get_result_params(name) or []
+    if not isinstance(params, list) or not all(isinstance(p, list) for p in params):
+        raise _Malformed(f"parameters {params!r} are not lists of values")
+    names = list(meta["param_names"]) if meta and meta.get("param_names") else []
+    if len(names) != len(params):
+        names = [f"param{i + 1}" for i in range(len(params))]  # asv's own default naming
+    combos = list(itertools.product(*params))
+    # asv's accessor pads a short list with nulls, which would read as failures: check the stored list itself.
+    stored = result._results.get(name)
+    if stored is not None and (not isinstance(stored, list) or len(stored) != len(combos)):
+        count = len(stored) if isinstance(stored, list) else type(stored).__name__
+        raise _Malformed(f"{count} values for {len(combos)} parameter combinations")
+    values = result.get_result_value(name, params)
+    started = result.started_at.get(name)
+    rows = []
+    for combo, value in zip(combos, values, strict=True):
+        status, number = _status(value, combo)
+        rows.append(
+            Row(
+                **base,
+                measured_at=_ms_to_datetime(started),
+                family=name.split(".", 1)[0].removeprefix("bench_"),
+                benchmark=name,
+                kind=kind,
+                unit=unit,
+                params={n: _param_value(v) for n, v in zip(names, combo, strict=True)},
+                value=number,
+                status=status,
+                in_suite=meta is not None,
+            )
+        )
+    return rows
+
+
+def _rows_of(
+    result: Any, machine: str, meta: Mapping[str, dict[str, Any]], facts: dict[str, Any], path: str
+) -> tuple[list[Row], list[Unreadable]]:
+    torch, torch_from = torch_version(result.params, result._requirements, result.env_name)
+    base = {
+        "machine": machine,
+        "commit": result.commit_hash,
+        "commit_date": _ms_to_datetime(result.date),
+        "env": result.env_name,
+        "torch": torch,
+        "torch_from": torch_from,
+        "machine_facts": facts,
+    }
+    rows: list[Row] = []
+    unreadable: list[Unreadable] = []
+    for name in sorted(result.get_all_result_keys()):
+        try:
+            rows.extend(_benchmark_rows(result, name, meta.get(name), base))
+        except _Malformed as error:
+            unreadable.append(Unreadable(path, name, str(error)))
+    return rows, unreadable
+
+
+def _header(path: Path) -> dict[str, Any]:
+    """What an unparsable results file says about itself in its first bytes, else in its name."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            text = handle.read(4096)
+    except OSError:
+        text = ""
+    found: dict[str, Any] = {key: (m.group(1) if (m := p.search(text)) else None) for key, p in _HEADER.items()}
+    stem_commit, _, stem_env = path.stem.partition("-")
+    found["commit"] = found["commit"] or (stem_commit if re.fullmatch(r"[0-9a-fA-F]+", stem_commit) else None)
+    found["env"] = found["env"] or stem_env or None
+    found["date"] = int(found["date"]) if found["date"] else None
+    return found
+
+
+def _load_file(path: Path, machine_name: str) -> Any:
+    """One results file through asv's loader; _Malformed with asv's reason when it cannot be read."""
+    try:
+        return asv_results.Results.load(str(path), machine_name=machine_name)
+    except asv_util.UserError as error:
+        # asv's messages name the absolute path, which the report already names relative to the results folder.
+        raise _Malformed(str(error).replace(f" in file '{path}'", "").replace(f" '{path}'", "")) from error
+    except OSError as error:
+        raise _Malformed(f"cannot be opened: {error.strerror or error}") from error
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        # asv's loader assumes well-formed JSON of the right shapes; a hand-damaged file fails in these ways.
+        raise _Malformed(f"not an asv results file ({type(error).__name__}: {error})") from error
+
+
+def _stand_ins(
+    machine: str, broken: list[tuple[str, dict[str, Any]]], shown: dict[str, Any]
+) -> list[StandIn]:
+    """Environments shown at an older commit because a newer (or undated) file of theirs could not be read."""
+    found = []
+    for path, header in broken:
+        result = shown.get(header["env"])
+        if result is None or (header["commit"] and result.commit_hash.startswith(header["commit"])):
+            continue
+        if header["date"] is not None and header["date"] < _age(result)[0]:
+            continue  # an older file: nothing newer is hidden
+        certain = header["date"] is not None
+        found.append(StandIn(machine, result.env_name, result.commit_hash, path, header["commit"], certain))
+    return found
+
+
+def _label(result: Any) -> str:
+    """What tells environments apart in a comparison: the torch version, else the environment name."""
+    torch, _ = torch_version(result.params, result._requirements, result.env_name)
+    return f"torch {torch}" if torch else result.env_name
+
+
+def _compared_commit(loaded: list[Any]) -> tuple[str | None, list[str]]:
+    """The newest commit measured in two or more environments, and the other such commits (newest first)."""
+    by_commit: dict[str, list[Any]] = {}
+    for result in loaded:
+        by_commit.setdefault(result.commit_hash, []).append(result)
+    several = [c for c, results in by_commit.items() if len({_label(r) for r in results}) >= 2]
+    several.sort(key=lambda c: max(_age(r) for r in by_commit[c]), reverse=True)
+    return (several[0] if several else None), several[1:]
+
+
+def _read_machine(
+    root: Path, name: str, meta: Mapping[str, dict[str, Any]], commit: str | None
+) -> tuple[LoadedResults, set[str]]:
+    """One machine's part of `read_results`, and the commits it has readable results for."""
+    facts = _machine_facts(root, name)
+    loaded, broken, unreadable = [], [], []
+    for path in sorted((root / name).glob("*.json")):
+        if path.name in _NOT_RESULTS:
+            continue
+        relative = path.relative_to(root).as_posix()
+        try:
+            loaded.append((relative, _load_file(path, str(facts.get("machine") or name))))
+        except _Malformed as error:
+            unreadable.append(Unreadable(relative, None, str(error)))
+            broken.append((relative, _header(path)))
+    paths = {id(r): p for p, r in loaded}
+    results = [r for _, r in loaded]
+    stand_ins: list[StandIn] = []
+    others: list[str] = []
+    if commit is not None:
+        selected = [r for r in results if r.commit_hash.startswith(commit.strip())]
+        to_compare = selected
+    else:
+        selected = _newest_per_env(results)
+        stand_ins = _stand_ins(name, broken, {r.env_name: r for r in selected})
+        compared_commit, others = _compared_commit(results)
+        to_compare = [r for r in results if r.commit_hash == compared_commit]
+    built: dict[int, list[Row]] = {}
+    for result in _oldest_first({id(r): r for r in selected + to_compare}.values()):
+        built[id(result)], bad = _rows_of(result, name, meta, facts, paths[id(result)])
+        unreadable += bad
+    part = LoadedResults(
+        rows=tuple(row for result in _oldest_first(selected) for row in built[id(result)]),
+        compared=tuple(row for result in _oldest_first(to_compare) for row in built[id(result)]),
+        unreadable=tuple(unreadable),
+        stand_ins=tuple(stand_ins),
+        also_compared=tuple((name, c) for c in others),
+    )
+    return part, {r.commit_hash for r in results}
+
+
+def read_results(
+    results_dir: str | os.PathLike[str], machine: str | None = None, commit: str | None = None
+) -> LoadedResults:
+    """Read asv results into rows, naming what could not be read, and pick the commit to compare across torch.
+
+    Args:
+        results_dir: asv's results folder (holds ``<machine>/machine.json``, ``<machine>/<commit>-<env>.json``
+            and ``benchmarks.json``).
+        machine: only this machine; None means every machine with results.
+        commit: only this commit (a hash or unique prefix), compared across its environments; None means each
+            environment's newest commit, and the newest commit measured in two or more environments compared.
+
+    Returns:
+        The rows, in machine, then results-file (oldest first), then benchmark, then parameter order; the rows
+        compared across environments; what was left out and why.
+
+    Raises:
+        ValueError: the folder does not exist or holds no readable results, the machine or commit has none (the
+            message lists what there is).
+    """
+    if not isinstance(results_dir, (str, os.PathLike)):
+        raise TypeError(f"results_dir must be a path, got {results_dir!r} ({type(results_dir).__name__})")
+    root = Path(results_dir)
+    if not root.is_dir():
+        raise ValueError(f"results_dir={str(root)!r} is not a folder; expected asv's results folder (results/)")
+    machines = _known_machines(root)
+    if not machines:
+        raise ValueError(
+            f"results_dir={str(root)!r} holds no asv results (no <machine>/machine.json); run the suite first "
+            "(scripts/run-suite or asv run)"
+        )
+    if machine is not None and machine not in machines:
+        raise ValueError(f"machine={machine!r} has no results in {str(root)!r}; known machines: {', '.join(machines)}")
+    if commit is not None and (not isinstance(commit, str) or not commit.strip()):
+        raise ValueError(f"commit={commit!r} is not a commit hash or prefix")
+    unreadable: list[Unreadable] = []
+    notes: list[str] = []
+    meta = _benchmark_meta(root, unreadable, notes)
+    parts = [_read_machine(root, name, meta, commit) for name in ([machine] if machine is not None else machines)]
+    rows = [row for part, _ in parts for row in part.rows]
+    unreadable += [problem for part, _ in parts for problem in part.unreadable]
+    stand_ins = [stand_in for part, _ in parts for stand_in in part.stand_ins]
+    for problem in unreadable:
+        log.warning("pitfalls report: %s", problem)
+    for stand_in in stand_ins:
+        log.warning("pitfalls report: %s", stand_in)
+    if not rows:
+        where = f"machine {machine!r} in {str(root)!r}" if machine else repr(str(root))
+        left_out = "; ".join(str(u) for u in unreadable)
+        left_out = f"; left out: {left_out}" if left_out else ""
+        if commit is not None:
+            known = ", ".join(sorted({c[:8] for _, commits in parts for c in commits})) or "none"
+            raise ValueError(f"commit={commit!r} has no results for {where}; commits with results: {known}{left_out}")
+        raise ValueError(f"{where} holds no readable asv results files (<machine>/<commit>-<env>.json){left_out}")
+    return LoadedResults(
+        rows=tuple(rows),
+        compared=tuple(row for part, _ in parts for row in part.compared),
+        unreadable=tuple(unreadable),
+        stand_ins=tuple(stand_ins),
+        also_compared=tuple(also for part, _ in parts for also in part.also_compared),
+        notes=tuple(notes),
+    )
+
+
+def load_results(
+    results_dir: str | os.PathLike[str], machine: str | None = None, commit: str | None = None
+) -> list[Row]:
+    """Read asv results into one row per (machine, commit, environment, benchmark, parameter combination).
+
+    Files and benchmarks that cannot be read are left out with a logged warning (`read_results` returns them).
+
+    Args:
+        results_dir: asv's results folder.
+        machine: only this machine; None means every machine with results.
+        commit: only this commit (a hash or unique prefix); None means each environment's newest commit.
+
+    Returns:
+        The rows, in results-file (oldest first) then benchmark then parameter order.
+
+    Raises:
+        ValueError: the folder does not exist or holds no readable results, the machine or commit has none.
+    """
+    return list(read_results(results_dir, machine=machine, commit=commit).rows)

@@ -1,0 +1,72 @@
+"""The report folder: ``README.md`` with its charts linked, and the chart PNGs, each written atomically."""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+from pitfalls.report.atomic import atomic_write
+from pitfalls.report.loading import read_results
+from pitfalls.report.markdown import summary_markdown
+from pitfalls.report.rows import Row, checked_rows
+
+__all__ = ["charts", "write_report"]
+
+
+def charts(rows: Sequence[Row], out_dir: str | os.PathLike[str]) -> list[Path]:
+    """Draw the PNG charts of the rows into ``out_dir`` (see `pitfalls.report.chart_data`).
+
+    Args:
+        rows: rows from `load_results`.
+        out_dir: folder for the PNGs (created if missing).
+
+    Returns:
+        The paths of the PNGs written.
+    """
+    from pitfalls.report.drawing import write_charts  # matplotlib loads only when charts are drawn
+
+    return [path for path, _ in write_charts(checked_rows(rows), Path(out_dir))]
+
+
+def write_report(
+    results_dir: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    machine: str | None = None,
+    commit: str | None = None,
+) -> Path:
+    """Write ``out_dir/README.md`` (the summary with its charts linked) and the chart PNGs.
+
+    Only files inside ``out_dir`` are created or replaced, each atomically; the README is written last, so it
+    never links a chart that is not there. Results that cannot be read are left out, logged as warnings and listed
+    at the top of the README.
+
+    Args:
+        results_dir: asv's results folder.
+        out_dir: the report folder (created if missing); must not be inside ``results_dir``.
+        machine: only this machine (default: all).
+        commit: only this commit, compared across its environments (default: each environment's newest, and the
+            newest commit measured in two or more environments compared).
+
+    Returns:
+        The path of the README.
+    """
+    from pitfalls.report.drawing import write_charts
+
+    out = Path(out_dir)
+    results = Path(results_dir)
+    if results.is_dir() and (out.resolve() == results.resolve() or results.resolve() in out.resolve().parents):
+        raise ValueError(
+            f"out_dir={str(out)!r} is inside results_dir={str(results)!r}; the results folder holds asv's files "
+            "only: choose another folder"
+        )
+    loaded = read_results(results, machine=machine, commit=commit)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out_dir={str(out)!r} exists and is not a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    linked: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
+    for path, key in write_charts(list(loaded.rows), out):
+        linked[key].append(path.name)
+    text = summary_markdown(loaded, linked)
+    return atomic_write(out / "README.md", lambda p: p.write_text(text, encoding="utf-8"))
