@@ -172,7 +172,7 @@ def test_training_step_leaves_finite_parameters(variant, labels):
         value = step()
     assert math.isfinite(value.item())
     assert all(torch.isfinite(p).all() for p in step.model.parameters())
-    moved = any(not torch.equal(a, b) for a, b in zip(before, step.model.parameters()))
+    moved = any(not torch.equal(a, b) for a, b in zip(before, step.model.parameters(), strict=True))
     # Momentum SGD moves the weights unless the loss is zeroed on every step.
     assert moved == (labels == "random")
 

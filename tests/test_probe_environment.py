@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 import torch
-
 from fakes import FakeNVML, NVMLError_LibraryNotFound
+
 from pitfalls.probes._cuda import cuda_unavailable_reason
 from pitfalls.probes.environment import environment
 

@@ -6,8 +6,8 @@ import warnings
 
 import pytest
 import torch
-
 from fakes import FakeCuda
+
 from pitfalls.probes._cuda import cuda_unavailable_reason
 from pitfalls.probes.result import Unavailable
 from pitfalls.probes.syncs import (

@@ -169,7 +169,9 @@ def test_bad_sampler_config_is_refused(field, value, message):
         sampler.SamplerConfig(**{field: value})
 
 
-@pytest.mark.parametrize(("n", "k"), [(1_000, 100), (150, 14), (50, 4), (30, 2), (10, 2), (1, 2), (10_000_000, 1_000_000)])
+@pytest.mark.parametrize(
+    ("n", "k"), [(1_000, 100), (150, 14), (50, 4), (30, 2), (10, 2), (1, 2), (10_000_000, 1_000_000)]
+)
 def test_k_defaults_to_n_over_ten_rounded_down_to_an_even_number_of_at_least_two(n, k):
     # An odd K cannot be split into halves; N // 10 is odd for N = 50, 150 (5, 15) and 0 for N < 10.
     assert sampler.SamplerConfig(n=n).num_samples == k

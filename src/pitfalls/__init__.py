@@ -4,7 +4,7 @@ from pitfalls.cases import build_case, smoke_case
 from pitfalls.devices import available_devices, cuda_available, resolve_device, synchronize
 from pitfalls.equivalence import check_all, same_output
 from pitfalls.families.loss import SegNet, TrainConfig, make_loss, make_train_step
-from pitfalls.families.sampler import SampleResult, SamplerConfig, make_sample_call, sample
+from pitfalls.families.sampler import SamplerConfig, SampleResult, make_sample_call, sample
 from pitfalls.family import FLOOR, Case, Comparison, Family, Param, SkipCase
 from pitfalls.registry import all_families, baseline, families, family, variants
 

@@ -15,7 +15,7 @@ from rich.table import Table
 from pitfalls.devices import available_devices
 from pitfalls.equivalence import check_all
 from pitfalls.family import COMPILE, CUDA, FLOOR, HAZARDS, SkipCase
-from pitfalls.probes import compile_failure_reason, count_cuda_syncs, count_hazards, is_available, probe_case, render
+from pitfalls.probes import Unavailable, compile_failure_reason, count_cuda_syncs, count_hazards, probe_case, render
 from pitfalls.registry import all_families, family, load_errors
 
 
@@ -88,7 +88,7 @@ def sync_columns(family_name: str, variant: str, device: str) -> tuple[str, str]
     finally:
         if case.close is not None:
             case.close()
-    return hazards, (f"{syncs.per_call:g}" if is_available(syncs) else f"n/a: {syncs.reason}")
+    return hazards, (f"n/a: {syncs.reason}" if isinstance(syncs, Unavailable) else f"{syncs.per_call:g}")
 
 
 def probe_params(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
@@ -162,7 +162,7 @@ def add_probe_parser(commands: Any) -> None:
         for param in entry.params:
             default = "derived" if param.default is None else param.default
             choices = f"; one of {', '.join(map(str, param.choices))}" if param.choices else ""
-            parser.add_argument(param.flag, dest=f"param_{param.name}", metavar=param.kind.__name__.upper(),
+            parser.add_argument(param.flag, dest=f"param_{param.name}", metavar=param.type_name.upper(),
                                 help=f"{param.help} (default {default}{choices})")
         parser.add_argument("--param", action="append", metavar="NAME=VALUE",
                             help="a parameter by name (repeatable); the same as its flag")

@@ -58,7 +58,7 @@ class Case:
     variant: str
     device: torch.device
     compiled: bool
-    params: Mapping[str, ParamValue]
+    params: Mapping[str, Any]
     call: Callable[[], Any] = field(repr=False)
     fn: Callable[..., Any] | None = field(default=None, repr=False)
     inputs: tuple[Any, ...] = field(default=(), repr=False)
@@ -122,14 +122,20 @@ class Param:
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
 
+    @property
+    def type_name(self) -> str:
+        assert self.kind is not None  # set in __post_init__
+        return self.kind.__name__
+
     def check(self, value: Any) -> ParamValue | None:
         """Return ``value`` if this parameter allows it, else raise naming the parameter and what it allows."""
         if value is None and self.default is None:
             return None
         kind = self.kind
+        assert kind is not None  # set in __post_init__
         if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
             raise TypeError(f"{self.name} must be an int, got {value!r} ({type(value).__name__})")
-        if kind is not int and not isinstance(value, kind):  # type: ignore[arg-type]
+        if kind is not int and not isinstance(value, kind):
             raise TypeError(f"{self.name} must be a {kind.__name__}, got {value!r} ({type(value).__name__})")
         if self.choices:
             if value not in self.choices:
@@ -137,7 +143,7 @@ class Param:
                 raise ValueError(f"{self.name}={value!r} is not allowed; allowed: {allowed}")
         elif kind is int and value < self.minimum:
             raise ValueError(f"{self.name}={value!r} is not allowed; {self.name} must be an int >= {self.minimum}")
-        return value  # type: ignore[no-any-return]
+        return value
 
     def parse(self, text: str) -> ParamValue | None:
         """Turn command-line text into a checked value."""
@@ -191,9 +197,9 @@ class Family:
     builder: Builder = field(repr=False)
     estimate: Estimator = field(repr=False)
     comparer: Comparer = field(repr=False)
-    smoke: Mapping[str, ParamValue]
-    grids: Mapping[str, Mapping[str, tuple[ParamValue, ...]]]
-    article_sizes: tuple[Mapping[str, ParamValue], ...] = ()
+    smoke: Mapping[str, Any]
+    grids: Mapping[str, Mapping[str, tuple[Any, ...]]]
+    article_sizes: tuple[Mapping[str, Any], ...] = ()
     figures: frozenset[str] = ALL_FIGURES
     compile_sweep: str | None = None
     unit: str = "call"

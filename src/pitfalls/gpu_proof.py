@@ -38,7 +38,6 @@ from pitfalls.probes import (
     cuda_event_time,
     environment,
     interleaved_speedup,
-    is_available,
     wall_time,
 )
 from pitfalls.registry import all_families
@@ -85,7 +84,7 @@ def syncs_against_hazards(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
 
     The counts do not depend on size, only on the code path, so every family is counted at its smoke size.
     """
-    rows = []
+    rows: list[dict[str, Any]] = []
     for entry in all_families().values():
         if HAZARDS not in entry.figures:
             continue
@@ -96,8 +95,8 @@ def syncs_against_hazards(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
             hazards = count_hazards(case).total
             syncs = count_cuda_syncs(case, calls=5, warmup=1)
             _closing(case)
-            real = syncs.per_call if is_available(syncs) else syncs
-            agrees = "n/a" if not is_available(syncs) else ("yes" if (hazards == 0) == (real == 0) else "NO")
+            real: float | Unavailable = syncs if isinstance(syncs, Unavailable) else syncs.per_call
+            agrees = "n/a" if isinstance(real, Unavailable) else ("yes" if (hazards == 0) == (real == 0) else "NO")
             rows.append(
                 {"family": entry.name, "variant": variant, "sizes": dict(entry.smoke), "sync_hazards": hazards,
                  "cuda_syncs": _value(real), "zero_together": agrees}
@@ -108,7 +107,7 @@ def syncs_against_hazards(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
 def nvml_while_looping(device: str, sizes: Sizes) -> list[dict[str, Any]]:
     """NVML's utilization, memory, power and clock while each case loops for a few seconds, at the first of
     each family's sizes."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for entry in all_families().values():
         if NVML not in entry.figures:
             continue
@@ -146,7 +145,7 @@ def nvml_while_looping(device: str, sizes: Sizes) -> list[dict[str, Any]]:
 def event_against_host_time(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
     """CUDA-event time and host wall time of the same calls, for each family's naive variant and its floor:
     they agree when the host timer synchronizes."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for entry in all_families().values():
         for variant in (entry.baseline, entry.cases[-1]):
             case = entry.build(variant, device=device, **entry.smoke)
@@ -158,8 +157,8 @@ def event_against_host_time(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
             host = wall_time(call, warmup=2, min_run_time=0.5).median_s * 1e3
             events = cuda_event_time(case, calls=20, warmup=2)
             _closing(case)
-            event_ms = events.median_ms if is_available(events) else events
-            ratio = host / event_ms if is_available(event_ms) else Unavailable(str(event_ms.reason))
+            event_ms: float | Unavailable = events if isinstance(events, Unavailable) else events.median_ms
+            ratio = event_ms if isinstance(event_ms, Unavailable) else host / event_ms
             rows.append({"family": entry.name, "variant": variant, "host_ms": round(host, 3),
                          "cuda_event_ms": _value(event_ms), "host_over_events": _value(ratio)})
     return rows
@@ -168,7 +167,7 @@ def event_against_host_time(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
 def speedups(device: str, sizes: Sizes) -> list[dict[str, Any]]:
     """Interleaved speedups over naive of every variant and floor, at each of the family's article sizes (the
     loss at batch 256, 256x256 is the article's headline)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for entry in all_families().values():
         if SPEEDUP not in entry.figures:
             continue

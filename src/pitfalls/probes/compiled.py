@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from pitfalls._checks import check_callable
+
 __all__ = [
     "CompileReport",
     "FirstCall",
@@ -205,8 +207,7 @@ def first_call(
     Returns:
         A `FirstCall`.
     """
-    if not callable(call):
-        raise TypeError(f"call must be callable, got {type(call).__name__}: {call!r}")
+    check_callable("call", call)
     reset_dynamo()
     sync()
     start = clock()
@@ -244,10 +245,8 @@ def compile_probe(
     Returns:
         A `CompileReport`.
     """
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}: {fn!r}")
-    if not callable(make_inputs):
-        raise TypeError(f"make_inputs must be callable, got {type(make_inputs).__name__}: {make_inputs!r}")
+    check_callable("fn", fn)
+    check_callable("make_inputs", make_inputs)
     if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence) or len(sizes) == 0:
         raise ValueError(f"sizes must be a non-empty sequence of sizes, got {sizes!r}")
     if isinstance(steady_calls, bool) or not isinstance(steady_calls, int) or steady_calls < 1:

@@ -74,9 +74,10 @@ def _commit(checkout: Path, environ: Mapping[str, str]) -> dict[str, Any]:
 def _driver(nvml: Any) -> str:
     if nvml is None:
         try:
-            import pynvml as nvml
+            import pynvml
         except ImportError:
             return str(Unavailable("nvidia-ml-py (pynvml) not installed"))
+        nvml = pynvml
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as err:

@@ -7,7 +7,7 @@ compiles. Figures that do not apply or cannot be measured here are `Unavailable`
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import torch
 from rich.table import Table
 
+from pitfalls._checks import check_callable
 from pitfalls.devices import synchronize
 from pitfalls.family import ALL_FIGURES, CUDA, HAZARDS, NVML, SPEEDUP
 from pitfalls.probes._cuda import cuda_unavailable_reason, is_cuda_device
@@ -33,11 +34,16 @@ _MIB = 1024 * 1024
 class CaseLike(Protocol):
     """What the probes need of a `pitfalls.cases.Case`."""
 
-    family: str
-    variant: str
-    device: torch.device
-    compiled: bool
-    params: dict[str, int]
+    @property
+    def family(self) -> str: ...
+    @property
+    def variant(self) -> str: ...
+    @property
+    def device(self) -> torch.device: ...
+    @property
+    def compiled(self) -> bool: ...
+    @property
+    def params(self) -> Mapping[str, Any]: ...
 
     def __call__(self) -> Any: ...
 
@@ -183,8 +189,7 @@ def probe_case(
     for attr in ("family", "variant", "device", "compiled", "params"):
         if not hasattr(case, attr):
             raise TypeError(f"case must be a pitfalls Case (it has no {attr!r}), got {type(case).__name__}")
-    if not callable(case):
-        raise TypeError(f"case must be callable, got {type(case).__name__}")
+    check_callable("case", case)
     _check_positive("rounds", rounds, int)
     _check_positive("min_run_time", min_run_time, float)
     _check_positive("nvml_seconds", nvml_seconds, float)
@@ -204,7 +209,8 @@ def probe_case(
     figures.append(ProbeFigure("time per call", wall.median_s * 1e3, "ms",
                                f"median of {wall.blocks} blocks, torch.utils.benchmark"))
     events = cuda_event_time(case, calls=rounds) if is_cuda_device(case.device) else _not_on_cuda(case)
-    figures.append(ProbeFigure("time per call (CUDA events)", getattr(events, "median_ms", events), "ms"))
+    events_ms = events if isinstance(events, Unavailable) else events.median_ms
+    figures.append(ProbeFigure("time per call (CUDA events)", events_ms, "ms"))
 
     not_here = Unavailable(f"does not apply to the {case.family} family")
     if SPEEDUP in applies:
@@ -215,8 +221,8 @@ def probe_case(
         figures.append(ProbeFigure("sync hazards per call", not_here, "ops"))
     if CUDA in applies:
         syncs = count_cuda_syncs(case, calls=rounds) if is_cuda_device(case.device) else _not_on_cuda(case)
-        figures.append(ProbeFigure("host-device syncs per call", getattr(syncs, "per_call", syncs), "syncs",
-                                   "CUDA sync debug mode"))
+        per_call = syncs if isinstance(syncs, Unavailable) else syncs.per_call
+        figures.append(ProbeFigure("host-device syncs per call", per_call, "syncs", "CUDA sync debug mode"))
     if NVML in applies:
         figures += _nvml_figures(case, nvml_seconds, nvml, sync)
     if CUDA in applies:

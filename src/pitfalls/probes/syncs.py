@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pitfalls._checks import check_int_at_least
+from pitfalls._checks import check_callable, check_int_at_least
 from pitfalls.probes._cuda import cuda_unavailable_reason
 from pitfalls.probes.result import Unavailable
 
@@ -224,8 +224,7 @@ def count_hazards(fn: Callable[..., object], *args: object, **kwargs: object) ->
     Returns:
         The `HazardCounts` of that one call (forward and, if fn runs it, backward).
     """
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}: {fn!r}")
+    check_callable("fn", fn)
     with SyncHazardCounter() as counter:
         fn(*args, **kwargs)
     return counter.result
@@ -275,8 +274,7 @@ def count_cuda_syncs(
     Returns:
         A `SyncCount`, or `Unavailable("no CUDA device")` / `Unavailable("no CUDA device: torch built without CUDA")`.
     """
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}: {fn!r}")
+    check_callable("fn", fn)
     check_int_at_least("calls", calls, 1)
     check_int_at_least("warmup", warmup, 0)
     if cuda is None:

@@ -114,7 +114,8 @@ def cuda_event_time(
             fake. None means torch.cuda after checking CUDA can be used.
 
     Returns:
-        A `CudaEventTiming`, or `Unavailable` with the reason ("no CUDA device", "no CUDA device: torch built without CUDA").
+        A `CudaEventTiming`, or `Unavailable` with the reason ("no CUDA device", "no CUDA device: torch built
+        without CUDA").
     """
     check_callable("fn", fn)
     check_int_at_least("calls", calls, 1)

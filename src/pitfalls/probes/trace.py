@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from pitfalls._checks import check_callable
 from pitfalls.devices import synchronize
 from pitfalls.probes._cuda import cuda_unavailable_reason, is_cuda_device
 from pitfalls.probes.syncs import HazardCounts, SyncHazardCounter
@@ -94,8 +95,7 @@ def export_trace(
     Returns:
         A `TraceResult`.
     """
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}: {fn!r}")
+    check_callable("fn", fn)
     for name, value, minimum in (("steps", steps, 1), ("warmup", warmup, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
