@@ -6,6 +6,7 @@ from pitfalls.equivalence import Comparison, check_all
 from pitfalls.families.loss import SegNet, TrainConfig, make_loss, make_train_step
 from pitfalls.registry import Family, baseline, families, variants
 from pitfalls.families.sampler import SampleResult, SamplerConfig, make_sample_call, sample
+from pitfalls.guard import SyncHazardError, no_sync_hazards
 
 __all__ = [
     "Case",
@@ -15,6 +16,7 @@ __all__ = [
     "SamplerConfig",
     "SegNet",
     "SkipCase",
+    "SyncHazardError",
     "TrainConfig",
     "available_devices",
     "baseline",
@@ -25,6 +27,7 @@ __all__ = [
     "make_loss",
     "make_sample_call",
     "make_train_step",
+    "no_sync_hazards",
     "resolve_device",
     "sample",
     "synchronize",
