@@ -6,6 +6,7 @@ from pitfalls.equivalence import check_all, same_output
 from pitfalls.families.loss import SegNet, TrainConfig, make_loss, make_train_step
 from pitfalls.families.sampler import SamplerConfig, SampleResult, make_sample_call, sample
 from pitfalls.family import FLOOR, Case, Comparison, Family, Param, SkipCase
+from pitfalls.guard import SyncHazardError, no_sync_hazards
 from pitfalls.registry import all_families, baseline, families, family, variants
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "SamplerConfig",
     "SegNet",
     "SkipCase",
+    "SyncHazardError",
     "TrainConfig",
     "all_families",
     "available_devices",
@@ -30,6 +32,7 @@ __all__ = [
     "make_loss",
     "make_sample_call",
     "make_train_step",
+    "no_sync_hazards",
     "resolve_device",
     "same_output",
     "sample",

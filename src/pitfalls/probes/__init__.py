@@ -23,6 +23,7 @@ from pitfalls.probes.nvml import (
 )
 from pitfalls.probes.report import ProbeFigure, probe_case, render
 from pitfalls.probes.result import Unavailable, is_available
+from pitfalls.probes.sites import HazardLocator, HazardSite, LocatedHazards, SourceLine
 from pitfalls.probes.syncs import (
     HazardCounts,
     SyncCount,
@@ -47,12 +48,16 @@ __all__ = [
     "FirstCall",
     "GraphBreak",
     "HazardCounts",
+    "HazardLocator",
+    "HazardSite",
+    "LocatedHazards",
     "MetricSummary",
     "NvmlSampler",
     "NvmlSummary",
     "NvmlTarget",
     "ProbeFigure",
     "Speedup",
+    "SourceLine",
     "SyncCount",
     "SyncHazardCounter",
     "TraceResult",

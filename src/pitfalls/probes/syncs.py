@@ -158,13 +158,18 @@ class SyncHazardCounter(TorchDispatchMode):
     Args:
         label_ranges: also wrap each hazard call in a `torch.profiler.record_function("sync-hazard: <label>")`
             range, so a profiler trace shows where the hazards are.
+        on_hazard: called with the label of each hazard call, before the call runs, so it can look at the
+            Python stack that dispatched it (see `pitfalls.probes.sites`).
 
     Use `.result` after the block. Compiled functions called inside run eagerly (see the module docstring).
     """
 
-    def __init__(self, *, label_ranges: bool = False) -> None:
+    def __init__(self, *, label_ranges: bool = False, on_hazard: Callable[[str], None] | None = None) -> None:
         super().__init__()
+        if on_hazard is not None and not callable(on_hazard):
+            raise TypeError(f"on_hazard must be callable or None, got {type(on_hazard).__name__}: {on_hazard!r}")
         self._label_ranges = bool(label_ranges)
+        self._on_hazard = on_hazard
         self._counter: Counter[str] = Counter()
         self._stack: contextlib.ExitStack | None = None
 
@@ -201,6 +206,8 @@ class SyncHazardCounter(TorchDispatchMode):
         if label is None:
             return func(*args, **kwargs)
         self._counter[label] += 1
+        if self._on_hazard is not None:
+            self._on_hazard(label)
         if not self._label_ranges:
             return func(*args, **kwargs)
         # Inside __torch_dispatch__ this mode is off, so record_function's own ops do not come back here.

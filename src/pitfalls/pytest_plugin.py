@@ -1,0 +1,30 @@
+"""pytest plugin (entry point `pytest11`): the `sync_hazards` fixture, to keep a training step free of syncs in CI.
+
+    def test_step_is_sync_free(sync_hazards):
+        step = make_step()
+        step()  # warm-up, unguarded
+        with sync_hazards(allow={"aten.nonzero"}):
+            step()
+
+It works on a CPU: hazards are ops that would make the host wait on an accelerator, found by their ATen tags.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from pitfalls.guard import SyncHazardGuard
+
+
+@pytest.fixture
+def sync_hazards() -> Callable[..., SyncHazardGuard]:
+    """`sync_hazards(allow=...)` is `pitfalls.no_sync_hazards`: a block that fails the test on a sync hazard."""
+    # Imported here, not at the top: every pytest run in an environment with pitfalls loads this plugin, and
+    # only the tests that use the fixture should pay for importing torch.
+    from pitfalls.guard import no_sync_hazards
+
+    return no_sync_hazards
