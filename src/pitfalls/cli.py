@@ -15,6 +15,7 @@ from pitfalls.devices import available_devices
 from pitfalls.equivalence import check_all
 from pitfalls.probes import count_cuda_syncs, count_hazards, is_available, probe_case, render
 from pitfalls.registry import FAMILIES, families, variants
+from pitfalls.runner import merge
 
 # Small cases for the sync columns of `check`: the counts do not depend on size, only on the code path.
 CHECK_SIZES = {"loss": {"batch": 2, "image_size": 16}, "sampler": {"n": 1_000, "batch": 1}}
@@ -127,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--machine", help="one asv machine name (default: every machine)")
     report.add_argument("--commit", help="a commit hash or prefix (default: each environment's newest)")
     report.set_defaults(run=cmd_report)
+    merge.register(commands)
     return parser
 
 
