@@ -1,7 +1,8 @@
 """A throw-away copy of this checkout as its own git repository, to run the scripts against for real.
 
-The copy holds the tracked and untracked (not ignored) files of the working tree, committed once, and uses the
-test run's own virtual environment (``PITFALLS_VENV``), so scripts/bootstrap has nothing to install.
+The copy is a clone of this checkout's history with the working tree (tracked and untracked, not ignored files)
+committed on top, and uses the test run's own virtual environment (``PITFALLS_VENV``), so scripts/bootstrap has
+nothing to install.
 """
 
 from __future__ import annotations
@@ -38,7 +39,12 @@ def git(repo: Path, *args: str) -> str:
 
 
 def make_sandbox(dest: Path) -> Path:
-    """Copy the working tree into ``dest`` as a fresh repository with one commit; returns ``dest``."""
+    """Clone this checkout's history into ``dest`` (branch ``main``) and commit the working tree on top of it.
+
+    With the history, a published site can place the committed results' commits next to the new ones.
+    """
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(dest)], check=True)
+    git(dest, "checkout", "-q", "-B", "main")
     listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-co", "--exclude-standard", "-z"],
                             capture_output=True, text=True, check=True).stdout
     for relative in filter(None, listed.split("\0")):
@@ -46,9 +52,11 @@ def make_sandbox(dest: Path) -> Path:
         if source.is_file():
             (dest / relative).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, dest / relative)
-    git(dest, "init", "-q", "-b", "main")
+        else:  # deleted in the working tree
+            (dest / relative).unlink(missing_ok=True)
     git(dest, "add", "-A")
-    git(dest, "commit", "-qm", "sandbox")
+    if git(dest, "status", "--porcelain"):
+        git(dest, "commit", "-qm", "the working tree")
     return dest
 
 
