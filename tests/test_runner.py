@@ -264,6 +264,24 @@ def test_an_unreadable_file_stops_the_merge_before_anything_changes(tmp_path):
     assert tree_digest(target) == digest
 
 
+def test_a_damaged_file_the_run_left_alone_does_not_stop_its_merge(tmp_path):
+    import shutil
+
+    target = staged_folder(tmp_path / "results", (HAZARDS, [5, 0]), commit="b" * 40)
+    staged_folder(target, (STEP, [0.5]), commit="c" * 40)
+    damaged = target / "box" / "cccccccc-installed-py3.11-torch2.13.0.json"
+    damaged.write_text(damaged.read_text()[:50])
+    staged = tmp_path / "stage"
+    shutil.copytree(target, staged)
+    before = store.snapshot(staged)
+    res = Results.load(str(staged / "box" / "bbbbbbbb-installed-py3.11-torch2.13.0.json"))
+    add(res, SAMPLER, [2, 0], minute=9)
+    res.save(str(staged))
+    damaged_bytes = damaged.read_bytes()
+    assert store.merge_into(staged, target, before=before) == ["box/bbbbbbbb-installed-py3.11-torch2.13.0.json"]
+    assert damaged.read_bytes() == damaged_bytes
+
+
 def test_check_writable_names_the_folder(tmp_path):
     store.check_writable(tmp_path / "not" / "yet")
     blocker = tmp_path / "file"

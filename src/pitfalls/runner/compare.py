@@ -26,7 +26,7 @@ from typing import Any
 
 from pitfalls.runner.conf import CONF_NAME, RunnerError, write_staged_conf
 from pitfalls.runner.history import select
-from pitfalls.runner.job import in_stage, log, prepare_machine, report_errors, run_marked
+from pitfalls.runner.job import in_stage, log, prepare_machine, report_errors, run_marked, split_at_dashes
 from pitfalls.runner.staging import Stage
 from pitfalls.runner.worktree import commit_of
 
@@ -125,11 +125,7 @@ def _compare(root: Path, base: str, candidate: str, extra: Sequence[str]) -> int
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``BASE [CANDIDATE] [-- asv continuous options]`` and run the gate."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    extra: list[str] = []
-    if "--" in args:
-        extra = args[args.index("--") + 1 :]
-        args = args[: args.index("--")]
+    args, extra = split_at_dashes(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
         prog="compare",
         description="Measure two commits in one managed environment and fail on a real regression. "

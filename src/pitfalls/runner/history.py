@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pitfalls.runner.conf import CONF_NAME, RunnerError
-from pitfalls.runner.job import JobOptions, report_errors, run_job
+from pitfalls.runner.job import JobOptions, report_errors, run_job, split_at_dashes
 
 __all__ = ["environments_by_torch", "main"]
 
@@ -44,11 +44,7 @@ def select(conf_path: str | Path, torches: Sequence[str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``[--torch VERSION]... [COMMITS] [--no-publish] [-- asv run options]`` and run."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    extra: list[str] = []
-    if "--" in args:
-        extra = args[args.index("--") + 1 :]
-        args = args[: args.index("--")]
+    args, extra = split_at_dashes(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
         prog="run-history",
         description="Run the suite over commits and torch versions in asv's managed virtualenvs, merge, publish.",

@@ -277,6 +277,14 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     return parser.parse_known_args(list(argv))
 
 
+def split_at_dashes(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``(own arguments, arguments after --)``: what a script parses, and what it hands to asv unread."""
+    args = list(argv)
+    if "--" not in args:
+        return args, []
+    return args[: args.index("--")], args[args.index("--") + 1 :]
+
+
 def report_errors(run: Callable[[], int]) -> int:
     """Run ``run``; a :class:`RunnerError` becomes one line on stderr and exit status 2."""
     try:

@@ -14,6 +14,7 @@ read stops the merge before anything is replaced.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -38,6 +39,7 @@ __all__ = [
 ]
 
 LOCK_NAME = ".lock"
+UNREADABLE = "<unreadable sha256>"
 BENCHMARKS = "benchmarks.json"
 MACHINE = "machine.json"
 # The per-benchmark tables of asv.results.Results: the ones its own load_data() carries over from an old file.
@@ -129,10 +131,19 @@ def _markers(results: Any) -> dict[str, Any]:
     return markers
 
 
+def _markers_or_digest(path: Path) -> dict[str, Any]:
+    # A damaged file (truncated by a full disk, say) is remembered by its bytes: a run that leaves it alone must
+    # not be stopped by it, and one that rewrites it is seen to have done so.
+    try:
+        return _markers(load_results(path))
+    except RunnerError:
+        return {UNREADABLE: hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
 def snapshot(results_dir: str | os.PathLike[str]) -> Snapshot:
     """What each results file under ``results_dir`` holds now, to tell later which entries a run measured."""
     folder = Path(results_dir)
-    return {relative: _markers(load_results(folder / relative)) for relative in result_files(folder)}
+    return {relative: _markers_or_digest(folder / relative) for relative in result_files(folder)}
 
 
 def _empty_like(results: Any, relative: str) -> Any:
@@ -222,10 +233,10 @@ def _plan(source: Path, target: Path, before: Snapshot | None, suite: str) -> li
         if merged != old:
             writes.append(_Write(relative, merged, 1))
     for relative in result_files(source):
+        if before is not None and before.get(relative) == _markers_or_digest(source / relative):
+            continue  # the run did not touch this file
         staged = load_results(source / relative)
         current = load_results(target / relative) if (target / relative).is_file() else None
-        if before is not None and relative in before and _markers(staged) == before[relative]:
-            continue  # the run did not touch this file
         writes.append(_Write(relative, _merge_results(staged, current, relative, None if before is None else
                                                        before.get(relative, {}))))
     return writes
