@@ -130,13 +130,18 @@ def test_the_committed_machine_keeps_all_its_facts_on_a_fresh_home(tmp_path):
     assert facts == committed
 
 
-def test_a_users_own_machine_entry_fills_what_is_not_recorded(tmp_path):
+def test_a_users_own_machine_entry_only_fills_what_is_neither_recorded_nor_measured(tmp_path):
     path = tmp_path / "asv-machine.json"
-    util.write_json(str(path), {"box": {"machine": "box", "cpu": "my own words"}}, api_version=1)
+    util.write_json(str(path), {"box": {"machine": "box", "cpu": "my own words", "rack": "r12"}}, api_version=1)
     hardware = {"cpu_model": "x", "cpu_usable": 1, "gpus": "unavailable: none"}
+    measured = machine.machine_facts("box", hardware)
     record = machine.record_machine("box", tmp_path / "results", hardware, machine_file=path)
-    assert record.facts["cpu"] == "my own words" and record.facts["os"]
-    assert ("cpu", "my own words", machine.machine_facts("box", hardware)["cpu"]) in record.kept
+    assert record.facts == {**measured, "rack": "r12"} and record.kept == ()
+    # What was written is what asv run reads; a second run on that HOME still measures anew.
+    assert util.load_json(str(path), api_version=1)["box"] == record.facts
+    write_machine(tmp_path / "results", "box", {**FACTS, "cpu": "recorded"})
+    again = machine.record_machine("box", tmp_path / "results", hardware, machine_file=path)
+    assert again.facts["cpu"] == "recorded" and ("cpu", "recorded", measured["cpu"]) in again.kept
 
 
 # --- the installed environment ---------------------------------------------------------------------------------

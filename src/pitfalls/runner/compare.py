@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from pitfalls.runner.conf import CONF_NAME, RunnerError, write_staged_conf
+from pitfalls.runner.conf import CONF_NAME, RunnerError, project_paths, write_staged_conf
 from pitfalls.runner.history import select
 from pitfalls.runner.job import in_stage, log, prepare_machine, report_errors, run_marked, split_at_dashes
 from pitfalls.runner.staging import Stage
@@ -92,7 +92,8 @@ def _gate(root: Path, stage: Stage, base: str, candidate: str, extra: Sequence[s
     torch = os.environ.get("PITFALLS_COMPARE_TORCH", "")
     env_name = select(root / CONF_NAME, [torch] if torch else [])[0]
     work = root / WORK
-    record = prepare_machine(work / "results", sys.executable)
+    # The machine's facts come from the project's record of it, as for the main job; the results stay apart.
+    record = prepare_machine(project_paths(root / CONF_NAME)["results_dir"], sys.executable)
     gate_times = gate_times_by_default(record.facts)
     measured = os.environ.get("PITFALLS_COMPARE_BENCH") or f"{COUNTS}|{TIMES}"
     conf = write_staged_conf(root / CONF_NAME, work, results_dir=work / "results")

@@ -7,10 +7,11 @@ every result's params, which the site turns into facets and series. It reads tho
 lose every fact. Here the facts are written in full, through asv's own machine record, before asv runs.
 
 Which value wins: the facts already recorded for the machine in ``results/<machine>/machine.json`` (the
-repository's copy of asv's machine record), then the user's own ``~/.asv-machine.json`` entry, then what is
-measured now. A record is therefore never rewritten with fewer facts, and results of the same machine keep
-joining their series when an incidental fact drifts (the kernel's build string, a few kB of RAM between two VMs
-of one kind). Each kept value that differs from the measured one is reported.
+repository's record of the machine), then what is measured now, then the user's own ``~/.asv-machine.json``
+entry (for keys neither has). A record is therefore never rewritten with fewer facts, and results of the same
+machine keep joining their series when an incidental fact drifts (the kernel's build string, a few kB of RAM
+between two VMs of one kind). Each kept value that differs from the measured one is reported; deleting the
+machine.json records the machine anew.
 """
 
 from __future__ import annotations
@@ -115,20 +116,20 @@ class MachineRecord:
     name: str
     facts: dict[str, str]
     kept: tuple[tuple[str, str, str], ...] = field(default=())
+    recorded_in: str = ""
 
     def describe_kept(self) -> list[str]:
         """One line per kept value, for the log."""
         return [
             f"machine {self.name}: keeping the recorded {key} {old!r} (measured now: {new!r}); delete "
-            f"results/{self.name}/machine.json to record the machine anew"
+            f"{self.recorded_in} to record the machine anew"
             for key, old, new in self.kept
         ]
 
 
-def _recorded(results_dir: Path, name: str) -> dict[str, str]:
+def _recorded(path: Path) -> dict[str, str]:
     from asv import util
 
-    path = results_dir / name / "machine.json"
     if not path.is_file():
         return {}
     try:
@@ -175,12 +176,15 @@ def record_machine(
     folder = Path(results_dir)
     measured = machine_facts(name, facts)
     path = None if machine_file is None else Path(machine_file)
-    recorded = _recorded(folder, name) or _recorded(folder, base_name or name)
-    merged = {**measured, **_users_entry(name, path), **recorded, "machine": name}
+    record_file = folder / name / "machine.json"
+    if not record_file.is_file():
+        record_file = folder / (base_name or name) / "machine.json"
+    recorded = _recorded(record_file)
+    merged = {**_users_entry(name, path), **measured, **recorded, "machine": name}
     kept = tuple(
         (key, merged[key], measured[key])
         for key in sorted(measured)
         if key != "machine" and merged[key] != measured[key]
     )
     MachineCollection.save(name, merged, _path=None if path is None else str(path))
-    return MachineRecord(name=name, facts=merged, kept=kept)
+    return MachineRecord(name=name, facts=merged, kept=kept, recorded_in=str(record_file))
