@@ -46,3 +46,22 @@ def test_refuses_to_prove_gpu_claims_without_a_gpu(tmp_path, capsys):
     assert exit_.value.code == 2
     assert "no CUDA device here" in capsys.readouterr().err
     assert not (tmp_path / "report.md").exists()
+
+
+@pytest.mark.slow
+def test_the_asv_part_records_full_machine_facts_under_the_installed_environment(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))  # a fresh machine: no ~/.asv-machine.json
+    monkeypatch.delenv("PITFALLS_MACHINE", raising=False)
+    name = gpu_proof.machine_name("cpu")
+    assert name.startswith("cpu-") and name.endswith("cpu")
+    outcome = gpu_proof.asv_quick_grid("cpu", tmp_path / "out", name)
+    assert outcome["exit_code"] == 0, (tmp_path / "out" / "asv-run.log").read_text()[-3000:]
+    folder = tmp_path / "out" / "results" / name
+    facts = json.loads((folder / "machine.json").read_text())
+    assert all(facts[key] for key in ("arch", "cpu", "num_cpu", "os", "ram"))
+    [result] = [p for p in folder.glob("*.json") if p.name != "machine.json"]
+    params = json.loads(result.read_text())["params"]
+    assert "-installed-py" in result.name and params["python"].count(".") == 1 and params["torch"]
+    assert {key: params[key] for key in facts if key != "version"} == {k: v for k, v in facts.items() if k != "version"}

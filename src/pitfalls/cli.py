@@ -17,6 +17,7 @@ from pitfalls.equivalence import check_all
 from pitfalls.family import COMPILE, CUDA, FLOOR, HAZARDS, SkipCase
 from pitfalls.probes import Unavailable, compile_failure_reason, count_cuda_syncs, count_hazards, probe_case, render
 from pitfalls.registry import all_families, family, load_errors
+from pitfalls.runner import merge
 from pitfalls.scan import register as register_scan
 
 
@@ -191,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--commit", help="a commit hash or prefix (default: each environment's newest)")
     report.set_defaults(run=cmd_report)
     register_scan(commands)
+    merge.register(commands)
     return parser
 
 

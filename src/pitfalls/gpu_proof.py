@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -25,8 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from pitfalls import runner
 from pitfalls.devices import cuda_available, synchronize
 from pitfalls.family import HAZARDS, NVML, SPEEDUP, Case, Family, SkipCase
 from pitfalls.probes import (
@@ -41,6 +40,8 @@ from pitfalls.probes import (
     wall_time,
 )
 from pitfalls.registry import all_families
+from pitfalls.runner.job import INSTALLED_ENV
+from pitfalls.runner.worktree import head_commit
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -195,25 +196,17 @@ def asv_quick_grid(device: str, out: Path, machine: str) -> dict[str, Any]:
     """Run the asv quick grid's cases for ``device`` into ``out/results``; skipped with the reason if it can't."""
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         return {"skipped": "not a git checkout: asv needs the commit it measures"}
-    try:
-        from asv import util
-    except ImportError:
+    if importlib.util.find_spec("asv") is None:
         return {"skipped": "asv is not installed (pip install asv asv-runner)"}
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
-    # asv's own reader, as scripts/run-suite uses: the config carries // comments.
-    conf = util.load_json(str(ROOT / "asv.conf.json"), js_comments=True)
-    for key in ("repo", "benchmark_dir", "env_dir", "html_dir"):
-        conf[key] = str(ROOT / conf[key])
-    conf["results_dir"] = str(out / "results")
-    (out / "asv.conf.json").write_text(json.dumps(conf, indent=2))
+    # The main job's configuration, machine record and environment, with the results kept in ``out``.
+    conf = runner.write_staged_conf(ROOT / "asv.conf.json", out, results_dir=out / "results")
+    runner.record_machine(machine, out / "results", runner.hardware(sys.executable, device))
     # On the CPU (a dry run) one cheap class stands for the grid; on CUDA every CUDA case runs.
     selection = [f"'{device}'", r"\.(Cuda|Nvml)\."] if device == "cuda" else [r"bench_sampler\.SyncHazards"]
-    command = [sys.executable, "-m", "asv", "run", "--config", str(out / "asv.conf.json"), "--machine", machine,
-               "-E", "existing:same", "--set-commit-hash", commit.stdout.strip(), "--show-stderr"]
+    command = [sys.executable, "-m", "asv", "run", "--config", str(conf), "--machine", machine,
+               "-E", INSTALLED_ENV, "--set-commit-hash", head_commit(ROOT), "--show-stderr"]
     for regex in selection:
         command += ["-b", regex]
-    subprocess.run([sys.executable, "-m", "asv", "machine", "--yes", "--machine", machine], cwd=ROOT,
-                   capture_output=True, check=True)
     started = time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     (out / "asv-run.log").write_text(done.stdout + done.stderr)
@@ -222,9 +215,8 @@ def asv_quick_grid(device: str, out: Path, machine: str) -> dict[str, Any]:
 
 
 def machine_name(device: str) -> str:
-    """A results folder name that says what the figures were measured on."""
-    label = f"gpu {torch.cuda.get_device_name(0)}" if device == "cuda" else f"cpu {os.cpu_count()}cpu"
-    return re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
+    """A results folder name that says what the figures were measured on (``$PITFALLS_MACHINE`` overrides)."""
+    return os.environ.get("PITFALLS_MACHINE") or runner.machine_name(runner.hardware(sys.executable, device))
 
 
 def _table(rows: list[dict[str, Any]]) -> str:

@@ -1,0 +1,303 @@
+"""The main job: check every variant, run asv on this checkout (or on commits), merge the results, publish.
+
+``scripts/run-suite`` and ``scripts/run-history`` are thin wrappers over :func:`run_job`. In order:
+
+1. asv.conf.json is read (a broken file is named, before anything runs); results/ and html/ must be writable;
+   a working tree that differs from HEAD is refused unless ``--allow-dirty`` (then the run is recorded under
+   the machine ``<machine>-dirty``, see below); staging folders of killed runs are removed.
+2. ``pitfalls check``: every variant against naive; a difference stops the job before anything is measured.
+3. The machine's full facts are recorded (:mod:`pitfalls.runner.machine`).
+4. asv runs with a staged copy of asv.conf.json whose results folder is a copy of results/ in the staging folder,
+   with TMPDIR there too. The main job uses the ``installed`` environment (src/pitfalls_asv.py): named and
+   labelled by its Python and torch versions, so it joins the virtualenv series of its torch version.
+5. Under the results lock, the entries asv measured are merged into results/ key by key, and the site is
+   published. asv's exit status 2 (some benchmark failed) keeps the results and is the job's status too.
+
+Uncommitted changes. asv records a result under a commit hash and nothing else: it has no notion of a working
+tree that differs from it (``--set-commit-hash`` only accepts a commit of the repository, which the site then
+looks up). The label left to choose is the machine or the environment. The machine is the one that cannot be
+mistaken: ``results/<machine>-dirty/`` is a folder of its own, a separate button in the site and a separate
+machine in ``pitfalls report``, it never shares a file with clean results of the same commit, and deleting it
+removes every trace. An environment suffix would put dirty figures in the clean machine's folder, in files that
+differ from clean ones by a few letters of their names.
+
+Signals. SIGTERM and SIGINT stop asv, its forkserver and every benchmark process (found by the run's marker,
+see :mod:`pitfalls.runner.processes`), remove the staging folder, leave results/ as it was, and exit with
+128 + the signal number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+from pitfalls.runner import processes, store
+from pitfalls.runner.conf import CONF_NAME, RunnerError, project_paths, write_staged_conf
+from pitfalls.runner.machine import DIRTY_SUFFIX, MachineRecord, hardware, machine_name, record_machine
+from pitfalls.runner.staging import Stage, remove_stale
+from pitfalls.runner.worktree import changed_files, describe_changes, head_commit
+
+__all__ = ["INSTALLED_ENV", "Interrupted", "JobOptions", "in_stage", "main", "prepare_machine", "run_job", "run_marked"]
+
+INSTALLED_ENV = "installed:same"
+MACHINE_ENV = "PITFALLS_MACHINE"
+STAGING = Path(".asv") / "staging"
+UNMERGED = Path(".asv") / "unmerged"
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+class Interrupted(Exception):
+    """SIGTERM or SIGINT arrived."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextmanager
+def signals_raise() -> Iterator[None]:
+    """Turn SIGTERM and SIGINT into :class:`Interrupted` in this (main) thread for the duration."""
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        raise Interrupted(signum)
+
+    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGTERM and SIGINT back (they arrive when this ends): a merge must not stop half-way."""
+    held = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """What one job runs.
+
+    Attributes:
+        root: the checkout (holds asv.conf.json).
+        asv_args: extra ``asv run`` arguments (``-b``, ``--show-stderr``...).
+        history: ``asv run`` range and ``-E`` arguments of a history run; empty for the main job (this
+            checkout in the installed environment).
+        allow_dirty: record a run of a working tree that differs from HEAD, under ``<machine>-dirty``.
+        publish: publish the site after merging.
+        python: the interpreter whose torch is measured (the main job's environment).
+    """
+
+    root: Path
+    asv_args: tuple[str, ...] = ()
+    history: tuple[str, ...] = ()
+    allow_dirty: bool = False
+    publish: bool = True
+    python: str = field(default_factory=lambda: sys.executable)
+
+
+def prepare_machine(
+    results_dir: Path, python: str, *, device: str | None = None, suffix: str = ""
+) -> MachineRecord:
+    """Measure this machine, name it (``$PITFALLS_MACHINE`` overrides) and record its full facts for asv.
+
+    Args:
+        results_dir: the results folder whose machine.json holds facts already recorded.
+        python: the interpreter that runs the benchmarks.
+        device: "cpu" names a GPU machine by its CPU (a CPU-only run on it); None names it by what it has.
+        suffix: appended to the name (``-dirty``).
+    """
+    facts = hardware(python, device)
+    base = os.environ.get(MACHINE_ENV) or machine_name(facts)
+    record = record_machine(base + suffix, results_dir, facts, base_name=base)
+    for line in record.describe_kept():
+        log(line)
+    return record
+
+
+def _check_dirty(options: JobOptions, ignore: Sequence[Path]) -> str:
+    """The machine-name suffix of this run: "" for a clean tree; refuses a dirty one without --allow-dirty."""
+    changed = changed_files(options.root, ignore)
+    if not changed:
+        return ""
+    listed = describe_changes(changed)
+    if not options.allow_dirty:
+        raise RunnerError(
+            f"the working tree differs from HEAD ({listed}); commit or stash the changes, or pass --allow-dirty "
+            f"to record this run under the machine <machine>{DIRTY_SUFFIX}"
+        )
+    log(f"== uncommitted changes ({listed}): recording under the machine <machine>{DIRTY_SUFFIX}, not as HEAD")
+    return DIRTY_SUFFIX
+
+
+def _copy_results(results_dir: Path, staged: Path) -> None:
+    # asv reads earlier results (which commits exist, what to skip) and adds to them; no lock is needed for the
+    # copy: every file under results/ is replaced by an atomic rename, so each copy is of one whole version.
+    if results_dir.is_dir():
+        shutil.copytree(results_dir, staged, ignore=shutil.ignore_patterns(store.LOCK_NAME, "*.partial-*"))
+    else:
+        staged.mkdir(parents=True)
+
+
+def _keep_unmerged(root: Path, stage: Stage) -> Path:
+    kept = root / UNMERGED / stage.path.name
+    if kept.exists():
+        shutil.rmtree(kept)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(stage.results), str(kept))
+    return kept
+
+
+def run_marked(command: Sequence[str], stage: Stage, env: dict[str, str] | None = None) -> int:
+    """Run ``command`` as a process of the job (marked, in its own session); stops the run's processes on a signal."""
+    child = processes.start(command, marker=stage.marker, env=env)
+    try:
+        return child.wait()
+    except Interrupted:
+        processes.stop(stage.marker, extra=[child])
+        raise
+
+
+def _measure(options: JobOptions, stage: Stage, paths: dict[str, Path], suffix: str, merged: list[str]) -> int:
+    results_dir = paths["results_dir"]
+    log("== equivalence: every variant against naive")
+    status = run_marked([options.python, "-m", "pitfalls.cli", "check"], stage)
+    if status != 0:
+        log(f"pitfalls check failed (exit {status}): nothing was measured; results/ is unchanged")
+        return status
+    record = prepare_machine(results_dir, options.python, suffix=suffix)
+    grid = os.environ.get("PITFALLS_GRID", "quick")
+    facts = ", ".join(f"{key} {value}" for key, value in sorted(record.facts.items()) if key != "machine")
+    log(f"== machine {record.name} ({facts})")
+    _copy_results(results_dir, stage.results)
+    before = store.snapshot(stage.results)
+    conf = write_staged_conf(options.root / CONF_NAME, stage.path, results_dir=stage.results)
+    run_args = list(options.history) or ["-E", INSTALLED_ENV, "--set-commit-hash", head_commit(options.root)]
+    command = [options.python, "-m", "asv", "run", "--config", str(conf), "--machine", record.name, *run_args,
+               *options.asv_args]
+    log(f"== asv run {' '.join(run_args + list(options.asv_args))} (grid {grid})")
+    env = dict(os.environ, TMPDIR=str(stage.tmp), PITFALLS_GRID=grid)
+    status = run_marked(command, stage, env)
+    if status not in (0, 2):
+        log(f"asv run failed (exit {status}); results/ is unchanged")
+        return status
+    with store.locked(results_dir):
+        with signals_deferred():
+            try:
+                written = store.merge_into(stage.results, results_dir, before=before)
+            except RunnerError as error:
+                kept = _keep_unmerged(options.root, stage)
+                raise RunnerError(f"{error}; the measured results are kept in {kept}: once fixed, merge them with "
+                                  f"`pitfalls merge {kept} --out {results_dir}`") from error
+            merged.extend(written or ["(nothing new)"])
+        for relative in written:
+            log(f"  {results_dir.name}/{relative}")
+        log(f"== {len(written)} results file(s) merged into {results_dir}")
+        if options.publish:
+            log("== publishing the HTML site")
+            published = run_marked([options.python, "-m", "pitfalls.site.localize", "--config",
+                              str(options.root / CONF_NAME)], stage)
+            if published != 0:
+                log(f"publishing failed (exit {published}); the results are merged")
+                return published
+    log(f"Results: {results_dir}/{record.name}/   Site: {paths['html_dir']}/index.html "
+        "(serve it with: bash scripts/serve html)")
+    if status == 2:
+        log("some benchmarks failed (asv exit 2); see the log above")
+    return status
+
+
+def in_stage(root: Path, body: Callable[[Stage], int], interrupted_note: Callable[[], str] = lambda: "") -> int:
+    """Run ``body`` with a fresh staging folder, turning SIGTERM/SIGINT into a clean stop; returns its status.
+
+    Staging folders of killed runs are removed first. On a signal every process the job started is stopped, the
+    staging folder is removed, and the status is 128 + the signal number.
+    """
+    remove_stale(root / STAGING, log)
+    with signals_raise(), Stage(root / STAGING) as stage:
+        # Every process the job starts inherits the marker, so all of them can be found and stopped.
+        os.environ[processes.MARKER] = stage.marker
+        try:
+            return body(stage)
+        except Interrupted as stop:
+            for signum in (signal.SIGTERM, signal.SIGINT):  # a second Ctrl-C must not cut the clean-up short
+                signal.signal(signum, signal.SIG_IGN)
+            processes.stop(stage.marker)
+            log(f"interrupted by {stop}: asv and its processes stopped, staging removed{interrupted_note()}")
+            return 128 + stop.signum
+        finally:
+            del os.environ[processes.MARKER]
+
+
+def run_job(options: JobOptions) -> int:
+    """Run the main job (or a history run); returns the exit status.
+
+    Raises:
+        RunnerError: a problem found before anything was measured (broken configuration, results/ or html/ not
+            writable, a dirty working tree, a merge that could not be written).
+    """
+    paths = project_paths(options.root / CONF_NAME)
+    store.check_writable(paths["results_dir"], *([paths["html_dir"]] if options.publish else []))
+    suffix = "" if options.history else _check_dirty(options, [paths["results_dir"], paths["html_dir"]])
+    merged: list[str] = []
+    return in_stage(
+        options.root,
+        lambda stage: _measure(options, stage, paths, suffix, merged),
+        lambda: "; the results were merged before it" if merged else "; results/ is unchanged",
+    )
+
+
+def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The job's own options; everything else goes to ``asv run``."""
+    parser = argparse.ArgumentParser(
+        prog="run-suite",
+        description="The main job: check every variant, run the asv suite on this checkout, merge, publish. "
+        "Other arguments go to `asv run` (e.g. -b SyncHazards --show-stderr).",
+    )
+    parser.add_argument("--allow-dirty", action="store_true",
+                        help=f"measure a working tree that differs from HEAD, recorded under <machine>{DIRTY_SUFFIX}")
+    parser.add_argument("--no-publish", dest="publish", action="store_false", help="merge the results only")
+    return parser.parse_known_args(list(argv))
+
+
+def split_at_dashes(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``(own arguments, arguments after --)``: what a script parses, and what it hands to asv unread."""
+    args = list(argv)
+    if "--" not in args:
+        return args, []
+    return args[: args.index("--")], args[args.index("--") + 1 :]
+
+
+def report_errors(run: Callable[[], int]) -> int:
+    """Run ``run``; a :class:`RunnerError` becomes one line on stderr and exit status 2."""
+    try:
+        return run()
+    except RunnerError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``scripts/run-suite``: the main job on this checkout (the current folder)."""
+    args, asv_args = parse_args(sys.argv[1:] if argv is None else argv)
+    options = JobOptions(root=Path.cwd(), asv_args=tuple(asv_args), allow_dirty=args.allow_dirty,
+                         publish=args.publish)
+    return report_errors(lambda: run_job(options))
+

@@ -1,0 +1,190 @@
+"""The machine a run is recorded under: one name rule and every fact, on a fresh machine or not.
+
+asv files results under ``results/<machine>/`` and copies the machine's facts (arch, cpu, num_cpu, os, ram) into
+every result's params, which the site turns into facets and series. It reads those facts from
+``~/.asv-machine.json``; ``asv machine --yes --machine NAME`` on a machine without that file saves only the name
+(it keeps just the fields that differ from the defaults it would have filled in), so a fresh machine's results
+lose every fact. Here the facts are written in full, through asv's own machine record, before asv runs.
+
+Which value wins: the facts already recorded for the machine in ``results/<machine>/machine.json`` (the
+repository's record of the machine), then what is measured now, then the user's own ``~/.asv-machine.json``
+entry (for keys neither has). A record is therefore never rewritten with fewer facts, and results of the same
+machine keep joining their series when an incidental fact drifts (the kernel's build string, a few kB of RAM
+between two VMs of one kind). Each kept value that differs from the measured one is reported; deleting the
+machine.json records the machine anew.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pitfalls.runner.conf import RunnerError
+
+__all__ = ["GPU_FACTS", "MachineRecord", "hardware", "machine_facts", "machine_name", "record_machine"]
+
+GPU_FACTS = ("gpu", "gpu_driver", "cuda")
+DIRTY_SUFFIX = "-dirty"
+
+# Run in a throw-away interpreter: it imports torch and may initialize CUDA, which a process that later forks
+# benchmarks must never do.
+_HARDWARE_PROBE = """
+import json
+from pitfalls.probes.environment import environment
+facts = environment()
+print(json.dumps({key: facts[key] for key in ("cpu_model", "cpu_usable", "gpus", "driver", "cuda", "torch")}))
+"""
+
+
+def hardware(python: str | None = None, device: str | None = None) -> dict[str, Any]:
+    """CPU model and usable CPUs, GPUs, driver and CUDA version, as the interpreter ``python`` sees them.
+
+    Args:
+        python: the interpreter that will run the benchmarks (default: this one).
+        device: "cpu" for a CPU-only run on a machine that may have a GPU: its GPUs are then left out, so the
+            machine is named and described by its CPU. None describes everything there is.
+
+    Returns:
+        ``pitfalls.probes.environment`` facts: ``cpu_model``, ``cpu_usable``, ``gpus`` (a list, or an
+        "unavailable: <reason>" string), ``driver``, ``cuda``, ``torch``.
+    """
+    done = subprocess.run(
+        [python or sys.executable, "-c", _HARDWARE_PROBE], capture_output=True, text=True, timeout=300, check=False
+    )
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RunnerError(f"cannot read this machine's hardware with {python or sys.executable}: {last}")
+    facts = dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    if device == "cpu":
+        facts["gpus"] = "unavailable: a CPU-only run"
+    return facts
+
+
+def _gpus(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
+    gpus = facts.get("gpus")
+    return list(gpus) if isinstance(gpus, list) else []
+
+
+def machine_name(facts: Mapping[str, Any]) -> str:
+    """A results folder name that says what measured: ``gpu-nvidia-h200``, else ``cpu-amd-epyc-2cpu``.
+
+    Args:
+        facts: :func:`hardware`'s facts.
+    """
+    gpus = _gpus(facts)
+    label = f"gpu {gpus[0]['name']}" if gpus else f"cpu {facts.get('cpu_model', 'cpu')} {facts.get('cpu_usable')}cpu"
+    label = re.sub(r"\((r|tm)\)", "", label.lower())
+    return re.sub(r"[^a-z0-9]+", "-", label).strip("-")
+
+
+def machine_facts(name: str, facts: Mapping[str, Any]) -> dict[str, str]:
+    """asv's machine fields as asv measures them, under ``name``, plus the GPU, its driver and CUDA version.
+
+    asv's machine record has no GPU field; extra keys travel like its own (into machine.json and every
+    result's params), so a GPU machine's results carry them as facets. A machine without a GPU gets none of
+    these keys rather than a placeholder, so its results keep the params of earlier CPU results.
+    """
+    from asv.machine import Machine
+
+    record: dict[str, str] = {key: str(value) for key, value in Machine.get_defaults().items()}
+    record["machine"] = name
+    gpus = _gpus(facts)
+    if gpus:
+        record["gpu"] = ", ".join(dict.fromkeys(str(gpu["name"]) for gpu in gpus))
+        record["gpu_driver"] = str(facts.get("driver"))
+        record["cuda"] = str(facts.get("cuda"))
+    return record
+
+
+@dataclass(frozen=True)
+class MachineRecord:
+    """The facts a run is recorded under.
+
+    Attributes:
+        name: the machine name (results/<name>/).
+        facts: every fact, as written to asv's machine record.
+        kept: ``(fact, recorded value, measured value)`` for each recorded value that differs from the measurement.
+    """
+
+    name: str
+    facts: dict[str, str]
+    kept: tuple[tuple[str, str, str], ...] = field(default=())
+    recorded_in: str = ""
+
+    def describe_kept(self) -> list[str]:
+        """One line per kept value, for the log."""
+        return [
+            f"machine {self.name}: keeping the recorded {key} {old!r} (measured now: {new!r}); delete "
+            f"{self.recorded_in} to record the machine anew"
+            for key, old, new in self.kept
+        ]
+
+
+def _recorded(path: Path) -> dict[str, str]:
+    from asv import util
+
+    if not path.is_file():
+        return {}
+    try:
+        data = util.load_json(str(path), api_version=1)
+    except (ValueError, util.UserError) as error:
+        raise RunnerError(f"{path}: not an asv machine record: {' '.join(str(error).split())}") from error
+    return {key: str(value) for key, value in data.items() if key != "version" and value not in (None, "")}
+
+
+def _users_entry(name: str, machine_file: Path | None) -> dict[str, str]:
+    from asv import util
+    from asv.machine import MachineCollection
+
+    try:
+        entry = MachineCollection.load(name, _path=None if machine_file is None else str(machine_file))
+    except util.UserError:
+        return {}
+    return {key: str(value) for key, value in entry.items() if value not in (None, "")}
+
+
+def record_machine(
+    name: str,
+    results_dir: str | os.PathLike[str],
+    facts: Mapping[str, Any],
+    *,
+    base_name: str | None = None,
+    machine_file: str | os.PathLike[str] | None = None,
+) -> MachineRecord:
+    """Write the machine's full facts to asv's machine record (``~/.asv-machine.json``), where ``asv run`` reads them.
+
+    Args:
+        name: the machine name to record under.
+        results_dir: the results folder whose ``<machine>/machine.json`` holds the recorded facts.
+        facts: :func:`hardware`'s facts.
+        base_name: take the recorded facts of this machine instead (a dirty run's machine is the clean one's
+            name plus a suffix, with the same facts).
+        machine_file: asv's machine file (default ``~/.asv-machine.json``).
+
+    Returns:
+        What was written, with the recorded values kept over the measured ones.
+    """
+    from asv.machine import MachineCollection
+
+    folder = Path(results_dir)
+    measured = machine_facts(name, facts)
+    path = None if machine_file is None else Path(machine_file)
+    record_file = folder / name / "machine.json"
+    if not record_file.is_file():
+        record_file = folder / (base_name or name) / "machine.json"
+    recorded = _recorded(record_file)
+    merged = {**_users_entry(name, path), **measured, **recorded, "machine": name}
+    kept = tuple(
+        (key, merged[key], measured[key])
+        for key in sorted(measured)
+        if key != "machine" and merged[key] != measured[key]
+    )
+    MachineCollection.save(name, merged, _path=None if path is None else str(path))
+    return MachineRecord(name=name, facts=merged, kept=kept, recorded_in=str(record_file))

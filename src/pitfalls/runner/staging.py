@@ -1,0 +1,105 @@
+"""A job's private staging folder, and the clean-up of folders left by jobs that were killed.
+
+asv writes into a copy of results/ inside the staging folder, and its temporary files (the forkserver's socket
+folder, each benchmark's scratch folder) go there too through TMPDIR, so removing the folder removes every trace
+of the run. While the job lives it holds an exclusive ``flock`` on ``<folder>/alive``; the lock dies with the
+process, however it dies, so the next job can tell a folder of a killed job from one of a job still running,
+without trusting PIDs that the system may have reused.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+
+from pitfalls.runner.processes import stop
+
+__all__ = ["Stage", "remove_stale"]
+
+ALIVE = "alive"
+YOUNG_S = 60.0
+
+
+def _held_by_a_live_job(folder: Path) -> bool:
+    try:
+        fd = os.open(folder / ALIVE, os.O_RDWR)
+    except OSError:
+        # No lock file yet: a job between creating its folder and locking it, unless the folder is old.
+        try:
+            return time.time() - folder.stat().st_mtime < YOUNG_S
+        except OSError:
+            return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def remove_stale(root: str | os.PathLike[str], log: Callable[[str], None]) -> list[Path]:
+    """Remove the staging folders under ``root`` whose job is dead, stopping any process it left behind.
+
+    Returns:
+        The folders removed.
+    """
+    removed: list[Path] = []
+    folder_root = Path(root)
+    if not folder_root.is_dir():
+        return removed
+    for folder in sorted(folder_root.iterdir()):
+        if not folder.is_dir() or _held_by_a_live_job(folder):
+            continue
+        left = stop(str(folder))
+        note = f", stopped {len(left)} process(es) it left running" if left else ""
+        log(f"removing {folder}: the staging folder of an earlier run that was killed (never merged){note}")
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
+class Stage:
+    """One job's staging folder under ``root``: ``results/`` for asv, ``tmp/`` for TMPDIR, and the alive lock.
+
+    Used as a context manager: entering creates the folder and takes the lock, leaving removes the folder.
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.path = self.root / f"run-{os.getpid()}"
+        self.results = self.path / "results"
+        self.tmp = self.path / "tmp"
+        self._lock_fd: int | None = None
+
+    @property
+    def marker(self) -> str:
+        """The ``PITFALLS_RUN`` value of every process this job starts."""
+        return str(self.path)
+
+    def __enter__(self) -> Stage:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():  # a folder of a dead process whose PID this one reuses
+            shutil.rmtree(self.path)
+        self.path.mkdir()
+        self._lock_fd = os.open(self.path / ALIVE, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        self.tmp.mkdir()
+        return self
+
+    def remove(self) -> None:
+        """Delete the folder and release the lock (safe to call twice)."""
+        shutil.rmtree(self.path, ignore_errors=True)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.remove()

@@ -1,0 +1,105 @@
+"""A throw-away copy of this checkout as its own git repository, to run the scripts against for real.
+
+The copy is a clone of this checkout's history with the working tree (tracked and untracked, not ignored files)
+committed on top, and uses the test run's own virtual environment (``PITFALLS_VENV``), so scripts/bootstrap has
+nothing to install.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV = Path(sys.prefix)
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+
+
+def not_bootstrapped() -> str | None:
+    """Why the scripts would reinstall the test venv (they must not: it is installed from this checkout), or None."""
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + (ROOT / "scripts" / "bootstrap").read_bytes())
+    want = f"{digest.hexdigest()[:16]} {os.environ.get('PITFALLS_TORCH', 'torch==2.13.0')}"
+    stamp = VENV / ".pitfalls-installed"
+    if not stamp.is_file() or stamp.read_text().strip() != want:
+        return f"{VENV} is not bootstrapped from this checkout (run bash scripts/bootstrap)"
+    return None
+
+
+def git(repo: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(repo), "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null",
+                           *args], env={**os.environ, **GIT_ENV}, capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+def make_sandbox(dest: Path) -> Path:
+    """Clone this checkout's history into ``dest`` (branch ``main``) and commit the working tree on top of it.
+
+    With the history, a published site can place the committed results' commits next to the new ones.
+    """
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(dest)], check=True)
+    git(dest, "checkout", "-q", "-B", "main")
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-co", "--exclude-standard", "-z"],
+                            capture_output=True, text=True, check=True).stdout
+    for relative in filter(None, listed.split("\0")):
+        source = ROOT / relative
+        if source.is_file():
+            (dest / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / relative)
+        else:  # deleted in the working tree
+            (dest / relative).unlink(missing_ok=True)
+    git(dest, "add", "-A")
+    if git(dest, "status", "--porcelain"):
+        git(dest, "commit", "-qm", "the working tree")
+    return dest
+
+
+def script_env(home: Path, **extra: str) -> dict[str, str]:
+    return {**os.environ, "HOME": str(home), "PITFALLS_VENV": str(VENV), "PITFALLS_GRID": "quick", **extra}
+
+
+def run_script(repo: Path, script: str, *args: str, home: Path, timeout: float = 900,
+               **extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(repo / "scripts" / script), *args], cwd=repo, env=script_env(home, **extra),
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def start_script(repo: Path, script: str, *args: str, home: Path, **extra: str) -> subprocess.Popen:
+    """Start a script in its own session (so a failing test can still stop everything it started)."""
+    return subprocess.Popen(["bash", str(repo / "scripts" / script), *args], cwd=repo, env=script_env(home, **extra),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def tree_digest(folder: Path) -> dict[str, str]:
+    """sha256 of every file under ``folder``."""
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def marked(marker: str) -> list[psutil.Process]:
+    """Live processes whose environment carries ``PITFALLS_RUN=marker``."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.environ().get("PITFALLS_RUN") == marker and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def alive(processes: list[psutil.Process]) -> list[psutil.Process]:
+    live = []
+    for process in processes:
+        try:
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                live.append(process)
+        except psutil.Error:
+            continue
+    return live
