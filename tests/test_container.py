@@ -72,9 +72,8 @@ def _run_smoke(out: Path, timeout: float) -> tuple[int, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PITFALLS_SMOKE_")}
     log = out.parent / "container-smoke.log"
     with log.open("w") as sink:
-        process = subprocess.Popen(
-            ["bash", str(ROOT / "scripts" / "container-smoke"), str(out)], stdout=sink, stderr=subprocess.STDOUT, env=env
-        )
+        command = ["bash", str(ROOT / "scripts" / "container-smoke"), str(out)]
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env)
         try:
             status = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pitfalls.site import assets, browser, rebuild
-from pitfalls.site import localize
+from pitfalls.site import assets, browser, localize, rebuild
 from pitfalls.site.localize import VENDOR_FOLDER, publish
 from pitfalls.site.markup import external_resources, replace_url, resources
 from pitfalls.site.server import check_loopback, make_server, serving
@@ -116,7 +115,7 @@ def test_every_vendored_library_carries_a_licence():
     "set PITFALLS_REFRESH_TEST=1 to run it",
 )
 def test_refresh_rebuilds_the_committed_bytes_from_the_registries(tmp_path):
-    written = rebuild.refresh(dest=tmp_path, log=lambda line: None)
+    written = rebuild.refresh(dest=tmp_path, log=lambda _line: None)
     assert len(written) == len(assets.load_manifest())
     for path in written:
         relative = path.relative_to(tmp_path)
