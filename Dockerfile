@@ -2,10 +2,11 @@
 #   docker build -t pitfalls .
 #   docker run --gpus all --user "$(id -u):$(id -g)" \
 #       -v "$PWD/results:/suite/results" -v "$PWD/html:/suite/html" pitfalls
-# BASE_IMAGE is any image with python3 and a build of torch >= 2.4; the torch in it is the one measured, and its
-# version names the asv environment of the results (installed-py3.11-torch2.14.1-...). The default pairs the
-# suite with torch 2.14.1 (CUDA 13.0, cuDNN 9), a version the suite has results for; pin it by digest for a
-# reproducible build: --build-arg BASE_IMAGE=pytorch/pytorch:2.14.1-cuda13.0-cudnn9-runtime@sha256:<digest>.
+# BASE_IMAGE is any image with python3 and a build of torch >= 2.4; the torch in it is the one measured. The
+# default pairs the suite with torch 2.14.1 (CUDA 13.0, cuDNN 9), a version the suite has results for; pin it by
+# digest for a build that can be repeated:
+#   --build-arg BASE_IMAGE=pytorch/pytorch:2.14.1-cuda13.0-cudnn9-runtime@sha256:<digest>
+# The base's name is kept in PITFALLS_IMAGE, which the probes and scripts/gpu-proof record.
 ARG BASE_IMAGE=pytorch/pytorch:2.14.1-cuda13.0-cudnn9-runtime
 FROM ${BASE_IMAGE}
 

@@ -32,6 +32,33 @@ def test_base_image_is_a_cuda_pytorch_image_and_overridable(dockerfile):
     assert parser.baseimage == "local/torch:test"
 
 
+def test_the_default_base_carries_a_torch_version_the_suite_measures(dockerfile):
+    from asv.config import Config
+
+    tag = dockerfile.baseimage.split(":", 1)[1]
+    torch_version = tag.split("-", 1)[0]
+    assert torch_version in Config.load(str(ROOT / "asv.conf.json")).matrix["req"]["torch"]
+    assert torch_version in (ROOT / "README.md").read_text()
+
+
+def test_the_suite_folder_belongs_to_the_suites_user_before_anything_is_written(dockerfile):
+    """WORKDIR alone makes /suite root's, and bootstrap then cannot create /suite/.venv."""
+    order = [item["instruction"] for item in dockerfile.structure]
+    runs = instructions(dockerfile, "RUN")
+    values = [item["value"] for item in dockerfile.structure]
+    made = next(i for i, value in enumerate(values) if "install -d -o 1000 -g 1000 /suite" in value)
+    assert made < order.index("WORKDIR") < order.index("COPY")
+    assert any("--chown=1000:1000" in copy for copy in instructions(dockerfile, "COPY"))
+    assert any("git config --system --add safe.directory /suite" in run for run in runs)
+
+
+def test_any_uid_has_a_writable_home_and_run_folders(dockerfile):
+    env = " ".join(instructions(dockerfile, "ENV"))
+    assert "HOME=/home/pitfalls" in env
+    assert any('chmod -R a+rwX .asv results html "$HOME"' in run for run in instructions(dockerfile, "RUN"))
+    assert '--user "$(id -u):$(id -g)"' in (ROOT / "README.md").read_text()
+
+
 def test_runs_as_a_non_root_user(dockerfile):
     users = instructions(dockerfile, "USER")
     assert users, "no USER instruction: the suite would run as root"
@@ -48,7 +75,7 @@ def test_entrypoint_runs_the_suite_with_the_images_torch(dockerfile):
 
 def test_build_context_keeps_git_history_and_drops_local_environments():
     ignored = (ROOT / ".dockerignore").read_text().split()
-    assert ".venv/" in ignored
+    assert ".venv/" in ignored and ".cache/" in ignored
     assert not any(line.strip("/") == ".git" for line in ignored), "asv needs .git to know the measured commit"
 
 
