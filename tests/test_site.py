@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pitfalls.site import assets, browser, rebuild
+from pitfalls.site import assets, browser, localize, rebuild
 from pitfalls.site.localize import VENDOR_FOLDER, publish
 from pitfalls.site.markup import external_resources, replace_url, resources
 from pitfalls.site.server import check_loopback, make_server, serving
@@ -115,7 +115,7 @@ def test_every_vendored_library_carries_a_licence():
     "set PITFALLS_REFRESH_TEST=1 to run it",
 )
 def test_refresh_rebuilds_the_committed_bytes_from_the_registries(tmp_path):
-    written = rebuild.refresh(dest=tmp_path, log=lambda line: None)
+    written = rebuild.refresh(dest=tmp_path, log=lambda _line: None)
     assert len(written) == len(assets.load_manifest())
     for path in written:
         relative = path.relative_to(tmp_path)
@@ -359,6 +359,37 @@ def asv_site(tmp_path_factory):
     shutil.copytree(project / "html", raw)
     publish(project / "html")
     return raw, project / "html"
+
+
+def test_publish_command_fills_the_site_folder_in_place(asv_site, tmp_path, monkeypatch):
+    """The site folder is kept, only its contents replaced: it may be a container's volume (a mount point)."""
+    _, site = asv_site
+    project = site.parent
+    target = tmp_path / "mounted-html"
+    target.mkdir()
+    (target / "stale.txt").write_text("from an older publish")
+    (target / "old-graphs").mkdir()
+    folder = target.stat()
+    monkeypatch.setenv("HOME", str(project.parent / "home"))
+    monkeypatch.chdir(project)
+    assert localize.main(["--html-dir", str(target)]) == 0
+    after = target.stat()
+    assert (after.st_ino, after.st_dev) == (folder.st_ino, folder.st_dev), "the folder itself was replaced"
+    assert not (target / "stale.txt").exists() and not (target / "old-graphs").exists()
+    assert sorted(p.name for p in target.iterdir()) == sorted(p.name for p in site.iterdir())
+    index = (target / "index.html").read_text(encoding="utf-8")
+    assert external_resources(index) == ()
+    assert (target / VENDOR_FOLDER / "MANIFEST.json").is_file()
+
+
+def test_publish_command_leaves_the_site_folder_alone_when_asv_fails(tmp_path, monkeypatch):
+    target = tmp_path / "html"
+    target.mkdir()
+    (target / "index.html").write_text("the previous site")
+    (tmp_path / "asv.conf.json").write_text(json.dumps({**CONFIG, "repo": "does-not-exist"}))
+    monkeypatch.chdir(tmp_path)
+    assert localize.main(["--html-dir", str(target)]) != 0
+    assert (target / "index.html").read_text() == "the previous site"
 
 
 needs_chromium = pytest.mark.skipif(

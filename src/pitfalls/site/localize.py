@@ -1,15 +1,18 @@
 """Make asv's published site self-contained: vendored libraries instead of CDN addresses, hashes kept.
 
-``python -m pitfalls.site.localize [asv publish arguments]`` runs ``asv publish`` and then localizes the folder
-it wrote; :func:`publish` localizes a folder ``asv publish`` already wrote.
+``python -m pitfalls.site.localize [asv publish arguments]`` runs ``asv publish`` into a fresh folder, localizes
+it and then puts its contents into the site folder; :func:`publish` localizes a folder ``asv publish`` already
+wrote.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,40 +113,79 @@ def publish(html_dir: str | os.PathLike[str]) -> PublishReport:
     )
 
 
-def _asv_html_dir(asv_args: list[str]) -> Path:
-    """Find the folder ``asv publish`` writes, the way asv itself reads its arguments and configuration."""
+def _publish_arguments(asv_args: list[str]) -> tuple[Path, list[str]]:
+    """Split ``asv publish`` arguments into the site folder and the other arguments.
+
+    The folder is found the way asv itself reads its arguments and configuration; the other arguments keep the
+    configuration file, so asv reads the same one.
+    """
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--html-dir", "-o", default=None)
     parser.add_argument("--config", default="asv.conf.json")
-    known, _ = parser.parse_known_args(asv_args)
+    known, rest = parser.parse_known_args(asv_args)
     # asv changes into the config file's folder before it writes, so a relative html_dir (from the command
     # line or the config) is relative to that folder.
     base = Path(known.config).resolve().parent
     if known.html_dir is not None:
-        return base / known.html_dir
-    from asv.config import Config  # asv's own loader: it accepts the comments asv.conf.json may hold
+        html_dir = base / known.html_dir
+    else:
+        from asv.config import Config  # asv's own loader: it accepts the comments asv.conf.json may hold
 
-    return base / Config.load(known.config).html_dir
+        html_dir = base / Config.load(known.config).html_dir
+    return html_dir, ["--config", known.config, *rest]
+
+
+def replace_contents(source: Path, target: Path) -> None:
+    """Make ``target`` hold exactly what ``source`` holds, emptying ``source``; ``target`` itself is kept.
+
+    The folder is never removed, only its contents, so it can be a mount point (a container's volume) or the
+    folder a server is serving.
+
+    Args:
+        source: a complete site.
+        target: the site folder; made if missing.
+    """
+    target.mkdir(parents=True, exist_ok=True)
+    for old in target.iterdir():
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old)
+        else:
+            old.unlink()
+    for new in source.iterdir():
+        shutil.move(str(new), str(target / new.name))
 
 
 def main(argv: Iterable[str] | None = None) -> int:
-    """Run ``asv publish`` with the given arguments, then make the site it wrote self-contained."""
+    """Run ``asv publish`` with the given arguments, make the site self-contained, then put it in the site folder.
+
+    asv deletes and recreates the folder it writes, which fails when that folder is a mount point (``Device or
+    resource busy``), so it writes into a temporary folder instead, and only a complete, localized site replaces
+    the contents of the site folder.
+    """
     asv_args = list(sys.argv[1:] if argv is None else argv)
     if any(arg in ("-h", "--help") for arg in asv_args):
         print(
             "usage: python -m pitfalls.site.localize [asv publish arguments]\n\n"
-            "Runs `asv publish` with these arguments, then copies the vendored JavaScript/CSS into the site's\n"
-            "vendor/ folder and rewrites every CDN address to it, so the site renders with no network.\n"
+            "Runs `asv publish` with these arguments into a temporary folder, copies the vendored JavaScript/CSS\n"
+            "into its vendor/ folder and rewrites every CDN address to it, so the site renders with no network,\n"
+            "then replaces the contents of the site folder (asv.conf.json's html_dir, or --html-dir) with it.\n"
             "View it with: python -m pitfalls.site.server HTML_DIR"
         )
         return 0
-    done = subprocess.run([sys.executable, "-m", "asv", "publish", *asv_args], check=False)
-    if done.returncode != 0:
-        print(f"asv publish failed with exit code {done.returncode}; the site was not localized", file=sys.stderr)
-        return done.returncode
-    report = publish(_asv_html_dir(asv_args))
+    html_dir, other_args = _publish_arguments(asv_args)
+    with tempfile.TemporaryDirectory(prefix="pitfalls-site-") as scratch:
+        staging = Path(scratch) / "html"
+        command = [sys.executable, "-m", "asv", "publish", *other_args, "--html-dir", str(staging)]
+        done = subprocess.run(command, check=False)
+        if done.returncode != 0:
+            print(
+                f"asv publish failed with exit code {done.returncode}; {html_dir} was left as it was", file=sys.stderr
+            )
+            return done.returncode
+        report = publish(staging)
+        replace_contents(staging, html_dir)
     print(
-        f"localized {report.html_dir}: {len(report.rewritten)} CDN addresses now point to "
+        f"published {html_dir}: {len(report.rewritten)} CDN addresses now point to "
         f"{VENDOR_FOLDER}/ ({report.vendored} files); no page loads anything from another host"
     )
     return 0
