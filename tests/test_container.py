@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from dockerfile_parse import DockerfileParser
 
+from pitfalls import registry
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -133,7 +135,8 @@ def test_the_image_builds_and_runs_the_suite_as_a_non_root_user_into_mounted_fol
     (machine,) = checks["machine"]
     assert (out / "results" / machine / "machine.json").is_file()
     hazards = checks["measured"]["bench_sampler.SyncHazards.track_sync_hazards"]
-    assert len(hazards) == 12
+    sampler = registry.family("sampler")
+    assert len(hazards) == len(sampler.cases) * len(sampler.axes("quick")["n"]) * len(sampler.axes("quick")["batch"])
     for key, value in hazards.items():
         variant, _n, batch, _device = (part.strip(" '") for part in key.split(","))
         assert value == (2 * int(batch) if variant == "nonzero" else 0), key
@@ -141,6 +144,10 @@ def test_the_image_builds_and_runs_the_suite_as_a_non_root_user_into_mounted_fol
     assert (out / "html" / "index.html").is_file() and (out / "html" / "vendor").is_dir()
     assert json.loads((out / "html" / "index.json").read_text())["project"] == "pitfalls"
     # The image's own record of its environment: the base's torch, the base's name, the measured commit.
+    # In the results themselves: an environment named by the base's torch, and the image as a machine fact.
+    for params in checks["params"]:
+        assert params["torch"] == "2.13.0" and params["env_name"].endswith("-torch2.13.0")
+        assert params["image"] == "pitfalls-smoke/torch:2.13.0-cpu"
     environment = checks["environment"]
     assert environment["torch"].startswith("2.13.0")
     assert environment["container_image"] == "pitfalls-smoke/torch:2.13.0-cpu"

@@ -85,6 +85,14 @@ def test_machine_names_say_what_measured():
     assert not set(machine.GPU_FACTS) & set(machine.machine_facts("cpu-x", cpu))
 
 
+def test_a_run_in_a_container_records_its_image_as_a_machine_fact(monkeypatch):
+    cpu = {"cpu_model": "AMD EPYC", "cpu_usable": 2, "gpus": "unavailable: no CUDA device"}
+    monkeypatch.delenv(machine.IMAGE_ENV, raising=False)
+    assert "image" not in machine.machine_facts("cpu-x", cpu)  # outside a container: the params stay as they were
+    monkeypatch.setenv(machine.IMAGE_ENV, "pytorch/pytorch:2.14.1-cuda13.0-cudnn9-runtime")
+    assert machine.machine_facts("cpu-x", cpu)["image"] == "pytorch/pytorch:2.14.1-cuda13.0-cudnn9-runtime"
+
+
 def run_machine_step(results: Path, home: Path, **env: str) -> dict[str, str]:
     done = subprocess.run(
         [sys.executable, "-m", "pitfalls.runner", "machine", "--results", str(results)],

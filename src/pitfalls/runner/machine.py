@@ -84,6 +84,9 @@ def machine_name(facts: Mapping[str, Any]) -> str:
     return re.sub(r"[^a-z0-9]+", "-", label).strip("-")
 
 
+IMAGE_ENV = "PITFALLS_IMAGE"
+
+
 def machine_facts(name: str, facts: Mapping[str, Any]) -> dict[str, str]:
     """asv's machine fields as asv measures them, under ``name``, plus the GPU, its driver and CUDA version.
 
@@ -100,6 +103,11 @@ def machine_facts(name: str, facts: Mapping[str, Any]) -> dict[str, str]:
         record["gpu"] = ", ".join(dict.fromkeys(str(gpu["name"]) for gpu in gpus))
         record["gpu_driver"] = str(facts.get("driver"))
         record["cuda"] = str(facts.get("cuda"))
+    # The container image a run measured in (the Dockerfile sets it to its base image): two images on one
+    # machine are then two series of the site's "image" facet, not one overwriting the other.
+    image = os.environ.get(IMAGE_ENV)
+    if image:
+        record["image"] = image
     return record
 
 
