@@ -1,0 +1,592 @@
+"""Article 001, multi-GPU training: ``nn.DataParallel`` gathers every output on the first GPU; DDP does not.
+
+One call of a case is one SGD(lr=1e-3, momentum=0.9) training step of the loss family's `SegNet` with its
+``ignore_index`` loss, on the same global batch (``world_size * batch`` seeded images) for every variant:
+
+============================= ========================================================================
+variant                       how the global batch is trained
+============================= ========================================================================
+single                        one process, one device, the whole global batch
+data_parallel                 ``nn.DataParallel`` over ``world_size`` GPUs; the logits of every replica
+                              are gathered on GPU 0, which computes the loss alone (the article's pitfall)
+data_parallel_loss_inside     the article's first fix: the loss is computed inside each replica's
+                              forward, so only one scalar per replica returns to GPU 0
+ddp                           ``DistributedDataParallel``, one process per device started by ``torchrun``
+                              (`parallel_launch`, `parallel_rank`); gloo on the CPU, nccl on GPUs
+============================= ========================================================================
+
+Why ``single`` comes first and there is no floor: the suite reads the first variant as the reference of the
+equivalence gate and the baseline of the speedup. Here that is the one-device step on the same global batch,
+which is also what a floor would be (the same job on the hardware one device has), so a separate floor case
+would only repeat it. The speedup of each variant over ``single`` is then its scaling over one device.
+
+Same step, not a similar one. A replica (or rank) divides its loss by its own number of valid pixels, and
+DataParallel and DDP average the replicas; that equals the whole batch's mean only when every replica holds the
+same number of valid pixels. The family's images therefore all hold exactly the same number of ignored pixels
+(-1 and the background class, each ``pixels // (C + 1)``, the share ``randint(-1, C)`` would give): every
+variant then computes the same loss and gradient as ``single``, and the gate compares updated weights.
+
+Figures. Beyond time per step and the speedup over ``single``: samples/s, peak memory per rank (CUDA max
+allocated on GPUs; on the CPU the rank process's USS at the end of the forward, when every activation is alive),
+rank 0 against the others (the article's unbalanced memory), time in communication per step from the profiler
+(gloo's collectives on the CPU; nccl kernels and peer copies on GPUs), and NVML busy % per GPU (the article's
+"the other GPUs cool down waiting"). There is nothing to ``torch.compile`` across processes, and the suite's
+sync-hazard and CUDA-sync counters see only their own process, so those shared figures do not apply.
+
+Devices. ``data_parallel*`` need 2 or more CUDA devices; a case asking for more ranks than the machine has
+devices (GPUs, or CPU cores for gloo ranks with their own threads) is skipped with the reason, before any process
+starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, cast
+
+import numpy as np
+import psutil
+import torch
+from torch import Tensor, nn
+from torch.profiler import ProfilerActivity, profile
+
+from pitfalls.families.loss import IGNORE, SegNet, estimate_train_step_bytes, make_loss
+from pitfalls.family import SPEEDUP, TIME, Case, Comparison, Family, Param, SkipCase
+from pitfalls.probes.nvml import NvmlSampler, NvmlSummary
+from pitfalls.probes.result import Unavailable
+from pitfalls.probes.timing import wall_time
+
+SINGLE = "single"
+DATA_PARALLEL = "data_parallel"
+DATA_PARALLEL_LOSS_INSIDE = "data_parallel_loss_inside"
+DDP = "ddp"
+VARIANTS = (SINGLE, DATA_PARALLEL, DATA_PARALLEL_LOSS_INSIDE, DDP)
+NEEDS_GPUS = "needs 2 or more CUDA devices"
+NUM_CLASSES = 10
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+# What the profiler calls communication. gloo's collectives are recorded from enqueue to completion on the CPU;
+# on a GPU the work is the nccl kernels (DDP's all-reduce, DataParallel's broadcast and reduce) and the
+# device-to-device copies of DataParallel's scatter and gather.
+_CPU_COMMUNICATION = ("gloo:",)
+_GPU_COMMUNICATION = ("nccl", "Memcpy PtoP")
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    """One training step of the family: how many ranks, images per rank, image size, seed and optimizer.
+
+    Attributes:
+        world_size: processes (ddp) or replicas (data_parallel) sharing the global batch.
+        batch: images per rank; the global batch is ``world_size * batch``.
+        image_size: image height and width, in pixels.
+        num_classes: C, including the background class C-1.
+        seed: seeds the net's initial weights and every image.
+        lr: SGD learning rate.
+        momentum: SGD momentum.
+        dtype: "float32" (the benchmark) or "float64" (the equivalence gate).
+    """
+
+    world_size: int
+    batch: int
+    image_size: int
+    num_classes: int = NUM_CLASSES
+    seed: int = 0
+    lr: float = 1e-3
+    momentum: float = 0.9
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype={self.dtype!r} is not allowed; allowed: {', '.join(DTYPES)}")
+
+    @property
+    def global_batch(self) -> int:
+        return self.world_size * self.batch
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+
+def seeded_images(first: int, count: int, image_size: int, num_classes: int, seed: int) -> tuple[Tensor, Tensor]:
+    """Images ``first .. first+count-1`` of the family's global batch, on the host.
+
+    Each image is drawn from its own seed, so a rank builds only its own share and gets exactly the images
+    ``single`` holds at the same positions. Labels: valid classes in [0, C-1), then ``pixels // (C + 1)`` pixels
+    set to -1 and as many to the background class C-1, at seeded positions: every image has the same number of
+    valid pixels (see the module docstring).
+
+    Returns:
+        images ``[count, 3, H, W]`` float32 and labels ``[count, H, W]`` int64.
+    """
+    pixels = image_size * image_size
+    ignored = pixels // (num_classes + 1)
+    images, labels = [], []
+    for index in range(first, first + count):
+        # torch's CPU generator keeps 32 bits of a seed: SeedSequence mixes (seed, index) into 32 well-spread bits.
+        generator = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, index]).generate_state(1)[0]))
+        images.append(torch.randn(3, image_size, image_size, generator=generator))
+        label = torch.randint(0, num_classes - 1, (pixels,), generator=generator)
+        where = torch.randperm(pixels, generator=generator)
+        label[where[:ignored]] = IGNORE
+        label[where[ignored : 2 * ignored]] = num_classes - 1
+        labels.append(label.view(image_size, image_size))
+    return torch.stack(images), torch.stack(labels)
+
+
+def initial_net(config: StepConfig) -> SegNet:
+    """The net every variant and rank starts from: the same seeded weights everywhere."""
+    torch.manual_seed(config.seed)
+    return SegNet(config.num_classes).to(config.torch_dtype)
+
+
+@dataclass(frozen=True)
+class RankFigures:
+    """What one rank (a DDP process, or one device of a DataParallel step) measured over one step.
+
+    Attributes:
+        rank: the global rank, or the device index of a DataParallel replica.
+        host: the host name (ranks may live on several nodes).
+        pid: the process that ran it.
+        device: the device, e.g. "cuda:1" or "cpu".
+        seconds: the step's wall time in that process, synchronized.
+        peak_bytes: CUDA max allocated on a GPU; the process's USS at its high point on the CPU.
+        memory: which of the two ``peak_bytes`` is.
+    """
+
+    rank: int
+    host: str
+    pid: int
+    device: str
+    seconds: float
+    peak_bytes: int
+    memory: str
+
+
+def _union_seconds(intervals: Sequence[tuple[float, float]]) -> float:
+    """Length of the union of [start, end) intervals given in microseconds, in seconds."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total / 1e6
+
+
+def communication_seconds(events: Sequence[Any], on_gpu: bool) -> float:
+    """Time in which some communication was in flight, from a profiler's events (overlaps counted once).
+
+    Args:
+        events: ``torch.profiler.profile(...).events()``.
+        on_gpu: read the device's nccl kernels and peer copies; else gloo's collectives on the CPU.
+
+    Returns:
+        Seconds.
+    """
+    prefixes = _GPU_COMMUNICATION if on_gpu else _CPU_COMMUNICATION
+    wanted = torch.autograd.DeviceType.CUDA if on_gpu else torch.autograd.DeviceType.CPU
+    intervals = [
+        (event.time_range.start, event.time_range.end)
+        for event in events
+        if event.device_type == wanted and event.name.startswith(prefixes)
+    ]
+    return _union_seconds(intervals)
+
+
+def _synchronize(devices: Sequence[torch.device]) -> None:
+    for device in devices:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+
+class Trainer:
+    """One process's part of the step: forward with the loss, backward, optimizer step, on inputs built once.
+
+    Args:
+        net: the `SegNet` whose weights the optimizer updates (unwrapped).
+        forward: ``forward(images, labels) -> loss``: the net, wrapped or not, and the loss.
+        images: this process's images, on its first device.
+        labels: their labels.
+        devices: every device the step runs on in this process (DataParallel: all of them).
+        config: the step's configuration.
+        rank: the global rank of the first device (DDP); 0 otherwise.
+        communicates: whether the step exchanges anything between devices (False for ``single``).
+    """
+
+    def __init__(self, net: nn.Module, forward: Callable[[Tensor, Tensor], Tensor], images: Tensor, labels: Tensor,
+                 devices: Sequence[torch.device], config: StepConfig, *, rank: int = 0,
+                 communicates: bool = True) -> None:
+        self.net = net
+        self.forward = forward
+        self.images, self.labels = images, labels
+        self.devices = tuple(devices)
+        self.config = config
+        self.rank = rank
+        self.communicates = communicates
+        self.optimizer = torch.optim.SGD(net.parameters(), lr=config.lr, momentum=config.momentum)
+
+    def step(self, after_forward: Callable[[], None] | None = None) -> Tensor:
+        """Run one step, queued on the device(s), not synchronized; return the loss."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.forward(self.images, self.labels)
+        if after_forward is not None:
+            after_forward()
+        loss.backward()
+        self.optimizer.step()
+        return loss.detach()
+
+    def __call__(self) -> Tensor:
+        return self.step()
+
+    def synchronize(self) -> None:
+        _synchronize(self.devices)
+
+    def measure(self) -> list[RankFigures]:
+        """Run one step and return its time and peak memory, one entry per device this process drives."""
+        host, pid = socket.gethostname(), os.getpid()
+        self.synchronize()
+        if self.devices[0].type == "cuda":
+            for device in self.devices:
+                torch.cuda.reset_peak_memory_stats(device)
+            start = time.perf_counter()
+            self.step()
+            self.synchronize()
+            seconds = time.perf_counter() - start
+            return [RankFigures(self.rank + i, host, pid, str(device), seconds,
+                                int(torch.cuda.max_memory_allocated(device)), "CUDA max allocated")
+                    for i, device in enumerate(self.devices)]
+        process = psutil.Process()
+        seen = [process.memory_full_info().uss]
+        start = time.perf_counter()
+        # The high point of a step's memory is the end of the forward: every activation kept for backward.
+        self.step(after_forward=lambda: seen.append(process.memory_full_info().uss))
+        seconds = time.perf_counter() - start
+        seen.append(process.memory_full_info().uss)
+        return [RankFigures(self.rank, host, pid, "cpu", seconds, max(seen), "USS")]
+
+    def communication(self) -> float | Unavailable:
+        """Seconds of one step in which communication was in flight, from torch.profiler."""
+        if not self.communicates:
+            return Unavailable("one device: nothing is communicated")
+        on_gpu = self.devices[0].type == "cuda"
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+        self.synchronize()
+        with profile(activities=activities) as profiler:
+            self.step()
+            self.synchronize()
+        return communication_seconds(profiler.events(), on_gpu)
+
+    def state(self) -> dict[str, Tensor]:
+        """The net's weights, copied to the host."""
+        return {name: value.detach().cpu().clone() for name, value in self.net.state_dict().items()}
+
+    def close(self) -> None:
+        """Nothing to release: the step runs in this process and its memory goes with the trainer."""
+
+
+class _LossInside(nn.Module):
+    """The net and the loss as one module, so DataParallel's replicas each return a scalar, not their logits."""
+
+    def __init__(self, net: nn.Module, loss: nn.Module) -> None:
+        super().__init__()
+        self.net, self.loss = net, loss
+
+    def forward(self, images: Tensor, labels: Tensor) -> Tensor:
+        # One element rather than a 0-d tensor: DataParallel gathers 0-d outputs with a warning.
+        return self.loss(self.net(images), labels).reshape(1)
+
+
+def make_trainer(variant: str, device: torch.device, config: StepConfig, *, rank: int = 0) -> Trainer:
+    """Build one process's part of a variant's step.
+
+    Args:
+        variant: ``single``, ``data_parallel``, ``data_parallel_loss_inside``, or ``ddp`` (then the default
+            process group must be initialized: this is what each rank runs).
+        device: the process's (first) device.
+        config: the step.
+        rank: the DDP rank, which picks this rank's share of the global batch.
+
+    Returns:
+        The `Trainer`.
+    """
+    net = initial_net(config).to(device)
+    loss = make_loss("ignore_index", config.num_classes).to(device)
+    share = config.batch if variant == DDP else config.global_batch
+    images, labels = seeded_images(rank * share if variant == DDP else 0, share, config.image_size,
+                                   config.num_classes, config.seed)
+    images, labels = images.to(device, config.torch_dtype), labels.to(device)
+    if variant == SINGLE:
+        return Trainer(net, lambda x, y: loss(net(x), y), images, labels, (device,), config, communicates=False)
+    if variant == DDP:
+        wrapped = nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
+        return Trainer(net, lambda x, y: loss(wrapped(x), y), images, labels, (device,), config, rank=rank)
+    devices = [torch.device("cuda", i) for i in range(config.world_size)]
+    ids = [d.index for d in devices]
+    if variant == DATA_PARALLEL:
+        replicated = nn.DataParallel(net, device_ids=ids)
+        return Trainer(net, lambda x, y: loss(replicated(x), y), images, labels, devices, config)
+    inside = nn.DataParallel(_LossInside(net, loss), device_ids=ids)
+    # Every replica holds as many valid pixels, so the mean of their means is the global batch's mean.
+    return Trainer(net, lambda x, y: inside(x, y).mean(), images, labels, devices, config)
+
+
+class Runner(Protocol):
+    """What a case of this family calls: a `Trainer` in this process, or a `parallel_launch.RankGroup`."""
+
+    def __call__(self) -> Any: ...
+
+    def measure(self) -> list[RankFigures]: ...
+
+    def communication(self) -> float | Unavailable: ...
+
+    def state(self) -> dict[str, Tensor]: ...
+
+    def close(self) -> None: ...
+
+
+def usable_cpus() -> int:
+    """CPU cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def check_devices(variant: str, device: torch.device, world_size: int) -> None:
+    """Raise `SkipCase` with the reason when this machine cannot run the case; nothing is started before."""
+    if variant in (DATA_PARALLEL, DATA_PARALLEL_LOSS_INSIDE):
+        count = torch.cuda.device_count() if device.type == "cuda" else 0
+        if count < 2:
+            raise SkipCase(f"{variant} {NEEDS_GPUS} (nn.DataParallel); this machine has {count}")
+    if variant == SINGLE:
+        return
+    if device.type == "cuda":
+        count = torch.cuda.device_count()
+        if world_size > count:
+            raise SkipCase(f"world_size={world_size} needs {world_size} CUDA devices; this machine has {count}")
+    elif world_size > usable_cpus():
+        raise SkipCase(f"world_size={world_size} needs {world_size} CPU cores (one gloo rank each); "
+                       f"this process may use {usable_cpus()}")
+
+
+def rank_threads(world_size: int) -> int:
+    """Intra-op threads of each gloo rank: the cores shared out, at least one."""
+    return max(1, usable_cpus() // world_size)
+
+
+# --- the family's own figures -----------------------------------------------------------------------------------
+
+WARMUP_CALLS = 2
+
+
+@dataclass(frozen=True)
+class ParallelFigures:
+    """The family's own figures of one case (besides asv's time per step and the speedup over ``single``).
+
+    Attributes:
+        step_s: median seconds per step, timed around calls in the benchmark process (torch.utils.benchmark).
+        samples_per_s: the global batch over ``step_s``.
+        ranks: each rank's (device's) time and peak memory over one step, rank 0 first.
+        communication_s: seconds of one profiled step in which communication was in flight, averaged over the
+            processes.
+        busy_pct: NVML's GPU utilization per device, rank 0 first, while the case loops; GPUs only.
+    """
+
+    step_s: float
+    samples_per_s: float
+    ranks: tuple[RankFigures, ...]
+    communication_s: float | Unavailable
+    busy_pct: tuple[float, ...] | Unavailable
+
+    def rank0_memory(self) -> int:
+        return self.ranks[0].peak_bytes
+
+    def others_memory(self) -> float | Unavailable:
+        """Mean peak memory of the ranks other than rank 0."""
+        others = [r.peak_bytes for r in self.ranks[1:]]
+        return sum(others) / len(others) if others else Unavailable("one rank: no other rank to compare")
+
+    def memory_imbalance(self) -> float | Unavailable:
+        """Rank 0's peak memory over the others' mean (1 = balanced; DataParallel's GPU 0 holds more)."""
+        others = self.others_memory()
+        return others if isinstance(others, Unavailable) else self.ranks[0].peak_bytes / others
+
+    def rank0_busy(self) -> float | Unavailable:
+        return self.busy_pct if isinstance(self.busy_pct, Unavailable) else self.busy_pct[0]
+
+    def others_busy(self) -> float | Unavailable:
+        """Mean NVML busy % of the devices other than rank 0's."""
+        if isinstance(self.busy_pct, Unavailable):
+            return self.busy_pct
+        others = self.busy_pct[1:]
+        return sum(others) / len(others) if others else Unavailable("one rank: no other device to compare")
+
+
+def case_devices(case: Case) -> list[torch.device]:
+    """The devices a case's step runs on, rank 0's first."""
+    if case.variant == SINGLE or case.device.type != "cuda":
+        return [case.device]
+    return [torch.device("cuda", i) for i in range(int(case.params["world_size"]))]
+
+
+def busy_per_device(case: Case, seconds: float) -> tuple[float, ...] | Unavailable:
+    """NVML's GPU utilization (mean %) of each of the case's devices while it loops for ``seconds``."""
+    if case.device.type != "cuda":
+        return Unavailable(f"case runs on {case.device}: no GPU for NVML to read")
+    devices = case_devices(case)
+    with contextlib.ExitStack() as stack:
+        samplers = [stack.enter_context(NvmlSampler(device)) for device in devices]
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            case()
+        _synchronize(devices)
+    busy = []
+    for sampler in samplers:
+        summary = sampler.summary
+        if not isinstance(summary, NvmlSummary):
+            return summary
+        if isinstance(summary.utilization_pct, Unavailable):
+            return summary.utilization_pct
+        busy.append(summary.utilization_pct.mean)
+    return tuple(busy)
+
+
+def measure_figures(case: Case, *, min_run_time: float = 1.0, nvml_seconds: float = 2.0) -> ParallelFigures:
+    """Measure a built case's own figures: samples/s, each rank's memory, communication, NVML busy per GPU.
+
+    Args:
+        case: a case of this family (it is warmed up first).
+        min_run_time: seconds torch.utils.benchmark spends timing steps.
+        nvml_seconds: seconds the case loops while NVML samples each GPU (GPUs only).
+    """
+    runner = cast(Runner, case.call)
+    devices = case_devices(case)
+
+    def step() -> None:
+        runner()
+        _synchronize(devices)
+
+    timing = wall_time(step, warmup=WARMUP_CALLS, min_run_time=min_run_time)
+    global_batch = int(case.params["world_size"]) * int(case.params["batch"])
+    return ParallelFigures(
+        step_s=timing.median_s,
+        samples_per_s=global_batch / timing.median_s,
+        ranks=tuple(runner.measure()),
+        communication_s=runner.communication(),
+        busy_pct=busy_per_device(case, nvml_seconds),
+    )
+
+
+def make_runner(variant: str, device: torch.device, config: StepConfig) -> Runner:
+    """What a case of a variant calls: a `Trainer` here, or for ddp a `parallel_launch.RankGroup` whose ranks are
+    started now. Raises `SkipCase` first when this machine cannot run it."""
+    check_devices(variant, device, config.world_size)
+    if variant == DDP:
+        from pitfalls.families.parallel_launch import RankGroup  # the launcher loads only for ddp
+
+        return RankGroup(config, device.type, threads=rank_threads(config.world_size))
+    return make_trainer(variant, device, config)
+
+
+def build(variant: str, device: torch.device, compiled: bool, params: dict[str, Any]) -> Case:
+    """One training step of a variant as a case; ddp's ranks are started here and stopped by ``close``."""
+    runner = make_runner(variant, device, StepConfig(**params))
+    if isinstance(runner, Trainer):
+        return Case(FAMILY.name, variant, device, compiled, params, runner, runner.forward,
+                    (runner.images, runner.labels))
+    return Case(FAMILY.name, variant, device, compiled, params, runner, close=runner.close)
+
+
+def estimate(params: Mapping[str, Any]) -> int:
+    """The most any one device holds: the whole global batch's step, as ``single`` runs it (DataParallel's GPU 0
+    and every DDP rank hold less)."""
+    return estimate_train_step_bytes(params["world_size"] * params["batch"], params["image_size"])
+
+
+# --- the equivalence gate ---------------------------------------------------------------------------------------
+
+# The gate runs the step in float64, so that it compares the step's mathematics (which images, which mean, which
+# average) and not float32's reduction order: summed per rank then averaged, float32 gradients over 2 x 4 images of
+# 64x64 differ from the whole batch's by up to 2e-4 of the largest update (the background logit's bias sums 32768
+# pixels). In float64 a variant's update and ``single``'s differ by at most 1e-15 of the largest update (measured on
+# the CPU with 2 gloo ranks, up to 4 images of 64x64 each); a rank training on another rank's images, by far more
+# (tests/test_parallel.py).
+GATE_DTYPE = "float64"
+UPDATE_RTOL = 1e-9
+
+
+def one_step_update(runner: Runner, config: StepConfig) -> dict[str, Tensor]:
+    """Run one step and return how much it moved each weight (new minus initial)."""
+    initial = initial_net(config).state_dict()
+    runner()
+    return {name: value - initial[name] for name, value in runner.state().items()}
+
+
+def not_run(family: Family, variant: str, device: torch.device, reason: str) -> Comparison:
+    """A comparison that could not be made on this machine: it does not fail the gate, and says why.
+
+    Its ``max_abs_diff`` is NaN (a comparison that ran always has a finite one) and its detail starts with
+    "not run here:".
+    """
+    return Comparison(family.name, variant, str(device), True, float("nan"), f"not run here: {reason}")
+
+
+def compare_updates(got: Mapping[str, Tensor], want: Mapping[str, Tensor]) -> tuple[float, list[str]]:
+    """The largest difference between two steps' updates, and the weights whose update differs by more than
+    ``UPDATE_RTOL`` of the largest update."""
+    scale = max(float(w.abs().max()) for w in want.values())
+    worst = max(float((got[name] - w).abs().max()) for name, w in want.items())
+    differing = [name for name, w in want.items() if not torch.allclose(got[name], w, rtol=0, atol=UPDATE_RTOL * scale)]
+    return worst, differing
+
+
+def compare(family: Family, variant: str, device: torch.device) -> Comparison:
+    """One step of a variant against one step of ``single`` on the same global batch: the updated weights.
+
+    At the smoke size with 2 ranks (on a machine with one GPU, ddp runs 1 rank), in float64 (`GATE_DTYPE`).
+    A variant this machine cannot run returns `not_run` with the reason.
+    """
+    params = dict(family.smoke)
+    if device.type == "cuda" and variant == DDP:
+        params["world_size"] = max(1, min(params["world_size"], torch.cuda.device_count()))
+    config = StepConfig(**params, dtype=GATE_DTYPE)
+    try:
+        runner = make_runner(variant, device, config)
+    except SkipCase as skip:
+        return not_run(family, variant, device, skip.reason)
+    try:
+        got = one_step_update(runner, config)
+    finally:
+        runner.close()
+    worst, differing = compare_updates(got, one_step_update(make_trainer(SINGLE, device, config), config))
+    detail = f"updates differ in {', '.join(differing)}" if differing else ""
+    return Comparison(family.name, variant, str(device), not differing, worst, detail)
+
+
+FAMILY = Family(
+    name="parallel",
+    article="001",
+    summary="multi-GPU step: DataParallel gathers every output on GPU 0; the loss inside the replicas, or DDP",
+    variants=VARIANTS,
+    params=(
+        Param("world_size", 2, "ranks (ddp processes or data_parallel replicas) sharing the global batch"),
+        Param("batch", 4, "images per rank; the global batch is world_size * batch"),
+        Param("image_size", 64, "image height and width, in pixels", minimum=4),
+    ),
+    builder=build,
+    estimate=estimate,
+    comparer=compare,
+    smoke={"world_size": 2, "batch": 2, "image_size": 16},
+    grids={
+        "quick": {"world_size": (1, 2), "batch": (4,), "image_size": (64,)},
+        # Up to 8 GPUs; a machine with fewer reads n/a for the larger world sizes.
+        "full": {"world_size": (1, 2, 4, 8), "batch": (4, 8, 32), "image_size": (64, 512)},
+    },
+    # The article: 4 GPUs, a global batch of 32 (8 per GPU), 512x512 images.
+    article_sizes=({"world_size": 4, "batch": 8, "image_size": 512},),
+    figures=frozenset({TIME, SPEEDUP}),
+    unit="step",
+    floor=False,
+)
