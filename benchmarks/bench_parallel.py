@@ -26,14 +26,25 @@ _shared = common.family_classes("parallel", __name__, time=("Step", "step"))
 globals().update(_shared)
 
 
+# asv's default of 60 s per benchmark process is short for a ddp case on a busy machine: setup starts torchrun and
+# its ranks (6 to 10 s on 2 cores), and the speedup runs single's and ddp's steps in turn.
+TIMEOUT_S = 600
+
+
 class Step(_shared["Step"]):  # type: ignore[misc,valid-type]
     __doc__ = _shared["Step"].__doc__
+    timeout = TIMEOUT_S
 
     def peakmem_step(self, *params: Any) -> None:
         # asv reads this process's peak RSS; a ddp step's memory is in its ranks (Ranks.track_peak_memory_*).
         if self.case.variant == parallel.DDP:
             common.figure(Unavailable("the step runs in the rank processes; see Ranks.track_peak_memory_rank0"))
         common.step(self.case)
+
+
+class Speedup(_shared["Speedup"]):  # type: ignore[misc,valid-type]
+    __doc__ = _shared["Speedup"].__doc__
+    timeout = TIMEOUT_S
 
 
 def figures_table(param_names: list[str], params: list[list[Any]]) -> dict[tuple[Any, ...], Any]:

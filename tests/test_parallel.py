@@ -156,6 +156,7 @@ def test_communication_counts_overlapping_transfers_once_and_only_communication(
 # --- equivalence ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_gloo_ranks_make_the_same_update_as_single_and_a_wrong_rank_is_caught(tmp_path, no_process_left):
     # At the quick grid's size, in float64: 2 ranks of 4 images of 64x64 against single on all 8.
     config = StepConfig(world_size=2, batch=4, image_size=64, dtype=parallel.GATE_DTYPE)
@@ -182,6 +183,7 @@ def test_two_gloo_ranks_make_the_same_update_as_single_and_a_wrong_rank_is_caugh
     assert differing and worst > 1e-3 * scale
 
 
+@pytest.mark.slow
 def test_the_gate_runs_ddp_on_two_gloo_ranks_and_reports_the_rest(no_process_left, capsys):
     assert cli.main(["check", "--device", "cpu"]) == 0
     cells = [[c.strip() for c in line.split("│")[1:-1]] for line in capsys.readouterr().out.splitlines()]
@@ -204,6 +206,7 @@ def test_on_two_gpus_every_variant_makes_single_s_update(variant, no_process_lef
 # --- the ranks: driven, measured, failing ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_ddp_case_times_steps_of_ranks_that_stay_alive_and_measures_each_rank(no_process_left):
     case = FAMILY.build(DDP, device="cpu", world_size=2, batch=2, image_size=16)
     try:
@@ -227,6 +230,7 @@ def test_a_ddp_case_times_steps_of_ranks_that_stay_alive_and_measures_each_rank(
     assert alive(pids) == []
 
 
+@pytest.mark.slow
 def test_a_rank_that_raises_ends_the_run_with_its_traceback_and_leaves_nothing(tmp_path, no_process_left):
     entry = rank_script(tmp_path, """
         from pitfalls.families import parallel_rank
@@ -251,6 +255,7 @@ def test_a_rank_that_raises_ends_the_run_with_its_traceback_and_leaves_nothing(t
         group()
 
 
+@pytest.mark.slow
 def test_a_rank_that_fails_while_starting_is_reported(tmp_path, no_process_left):
     entry = rank_script(tmp_path, """
         import os
@@ -262,6 +267,7 @@ def test_a_rank_that_fails_while_starting_is_reported(tmp_path, no_process_left)
         RankGroup(StepConfig(world_size=2, batch=1, image_size=8), "cpu", entry=entry)
 
 
+@pytest.mark.slow
 def test_a_rank_killed_without_a_word_is_reported_with_torchrun_s_account(no_process_left):
     group = RankGroup(StepConfig(world_size=2, batch=1, image_size=8), "cpu", step_timeout_s=300)
     killed = group.rank_pids[1]
@@ -275,6 +281,7 @@ def test_a_rank_killed_without_a_word_is_reported_with_torchrun_s_account(no_pro
     assert alive([group.process.pid, *group.rank_pids]) == []
 
 
+@pytest.mark.slow
 def test_a_port_in_use_is_retried_on_another(no_process_left):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -289,6 +296,7 @@ def test_a_port_in_use_is_retried_on_another(no_process_left):
             group.close()
 
 
+@pytest.mark.slow
 def test_ranks_exit_when_the_process_driving_them_dies(tmp_path):
     # asv's benchmark processes may end without closing anything: the ranks must not outlive them.
     script = textwrap.dedent("""
@@ -312,6 +320,7 @@ def test_ranks_exit_when_the_process_driving_them_dies(tmp_path):
 # --- the command line and the multi-node form -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_probe_runs_a_ddp_case_through_the_generic_command_and_stops_its_ranks():
     probe = subprocess.Popen(
         [sys.executable, "-m", "pitfalls.cli", "probe", "parallel", "ddp", "--world-size", "2", "--batch", "2",
@@ -328,6 +337,7 @@ def test_probe_runs_a_ddp_case_through_the_generic_command_and_stops_its_ranks()
     assert alive(ranks) == []
 
 
+@pytest.mark.slow
 def test_two_nodes_each_with_its_own_torchrun_write_their_ranks_and_one_summary(tmp_path, no_process_left):
     # Two torchrun commands as on two machines, here both on 127.0.0.1: c10d rendezvous, one rank per node.
     port = free_port()

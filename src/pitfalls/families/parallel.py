@@ -307,13 +307,18 @@ def make_trainer(variant: str, device: torch.device, config: StepConfig, *, rank
     Args:
         variant: ``single``, ``data_parallel``, ``data_parallel_loss_inside``, or ``ddp`` (then the default
             process group must be initialized: this is what each rank runs).
-        device: the process's (first) device.
+        device: the process's device (``single``, ``ddp``); DataParallel always runs on cuda:0 .. cuda:W-1 (pick
+            the GPUs with CUDA_VISIBLE_DEVICES), as each DDP rank r runs on its node's cuda:r.
         config: the step.
         rank: the DDP rank, which picks this rank's share of the global batch.
 
     Returns:
         The `Trainer`.
     """
+    if variant in (DATA_PARALLEL, DATA_PARALLEL_LOSS_INSIDE):
+        # DataParallel keeps the net on its first device and replicates it to the others each step.
+        devices = [torch.device("cuda", i) for i in range(config.world_size)]
+        device = devices[0]
     net = initial_net(config).to(device)
     loss = make_loss("ignore_index", config.num_classes).to(device)
     share = config.batch if variant == DDP else config.global_batch
@@ -325,7 +330,6 @@ def make_trainer(variant: str, device: torch.device, config: StepConfig, *, rank
     if variant == DDP:
         wrapped = nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
         return Trainer(net, lambda x, y: loss(wrapped(x), y), images, labels, (device,), config, rank=rank)
-    devices = [torch.device("cuda", i) for i in range(config.world_size)]
     ids = [d.index for d in devices]
     if variant == DATA_PARALLEL:
         replicated = nn.DataParallel(net, device_ids=ids)
@@ -444,13 +448,20 @@ def busy_per_device(case: Case, seconds: float) -> tuple[float, ...] | Unavailab
         _synchronize(devices)
     busy = []
     for sampler in samplers:
-        summary = sampler.summary
-        if not isinstance(summary, NvmlSummary):
-            return summary
-        if isinstance(summary.utilization_pct, Unavailable):
-            return summary.utilization_pct
-        busy.append(summary.utilization_pct.mean)
+        mean = utilization(sampler.summary)
+        if isinstance(mean, Unavailable):
+            return mean
+        busy.append(mean)
     return tuple(busy)
+
+
+def utilization(summary: NvmlSummary | Unavailable) -> float | Unavailable:
+    """The mean GPU utilization % an NVML window saw, or why there is none."""
+    if isinstance(summary, Unavailable):
+        return summary
+    if isinstance(summary.utilization_pct, Unavailable):
+        return summary.utilization_pct
+    return summary.utilization_pct.mean
 
 
 def measure_figures(case: Case, *, min_run_time: float = 1.0, nvml_seconds: float = 2.0) -> ParallelFigures:

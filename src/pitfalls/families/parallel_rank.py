@@ -37,7 +37,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed import DistError, DistStoreError, TCPStore
 
-from pitfalls.families.parallel import DDP, StepConfig, Trainer, make_trainer
+from pitfalls.families.parallel import DDP, StepConfig, Trainer, make_trainer, utilization
+from pitfalls.probes.nvml import NvmlSampler
 from pitfalls.probes.result import Unavailable
 
 WARMUP_STEPS = 2
@@ -163,62 +164,46 @@ class Server:
                     break
                 self.reply(execute(trainer, command, rank), world_size)
         except BaseException:
+            # No destroy_process_group here: with a peer gone it can block (nccl), and exiting releases it all.
             self.report_error()
             raise
-        finally:
-            if dist.is_initialized():
-                dist.destroy_process_group()
-
-
-def nvml_busy(device: torch.device) -> Any:
-    """A context manager sampling NVML on a GPU rank's device, or None on the CPU."""
-    if device.type != "cuda":
-        return None
-    from pitfalls.probes.nvml import NvmlSampler
-
-    return NvmlSampler(device)
+        dist.destroy_process_group()
 
 
 def standalone(args: argparse.Namespace) -> dict[str, Any]:
     """Warm up, time ``--steps`` steps, measure, and write this rank's file (rank 0: and the summary)."""
     trainer, rank, world_size = init_rank(args)
-    try:
-        for _ in range(WARMUP_STEPS):
+    for _ in range(WARMUP_STEPS):
+        trainer.step()
+    trainer.synchronize()
+    device = trainer.devices[0]
+    sampler = NvmlSampler(device) if device.type == "cuda" else None
+    times = []
+    with sampler if sampler is not None else contextlib.nullcontext():
+        for _ in range(args.steps):
+            start = time.perf_counter()
             trainer.step()
-        trainer.synchronize()
-        sampler = nvml_busy(trainer.devices[0])
-        times = []
-        with sampler if sampler is not None else contextlib.nullcontext():
-            for _ in range(args.steps):
-                start = time.perf_counter()
-                trainer.step()
-                trainer.synchronize()
-                times.append(time.perf_counter() - start)
-        [mine] = trainer.measure()
-        communication = trainer.communication()
-        busy: float | str = "no CUDA device"
-        if sampler is not None:
-            summary = sampler.summary
-            utilization = getattr(summary, "utilization_pct", summary)
-            busy = utilization.reason if isinstance(utilization, Unavailable) else utilization.mean
-        record = {
-            **asdict(mine),
-            "node_rank": int(os.environ.get("GROUP_RANK", "0")),
-            "local_rank": int(os.environ["LOCAL_RANK"]),
-            "step_s_median": statistics.median(times),
-            "steps": args.steps,
-            "communication_s": communication,
-            "gpu_busy_pct": busy,
-        }
-        gathered: list[Any] = [None] * world_size
-        dist.all_gather_object(gathered, record)
-    finally:
-        dist.destroy_process_group()
+            trainer.synchronize()
+            times.append(time.perf_counter() - start)
+    [mine] = trainer.measure()
+    busy = utilization(sampler.summary) if sampler is not None else Unavailable("no CUDA device")
+    record = {
+        **asdict(mine),
+        "node_rank": int(os.environ.get("GROUP_RANK", "0")),
+        "local_rank": int(os.environ["LOCAL_RANK"]),
+        "step_s_median": statistics.median(times),
+        "steps": args.steps,
+        "communication_s": trainer.communication(),
+        "gpu_busy_pct": busy.reason if isinstance(busy, Unavailable) else busy,
+    }
+    gathered: list[Any] = [None] * world_size
+    dist.all_gather_object(gathered, record)
+    dist.destroy_process_group()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"rank{rank:03d}-{mine.host}.json").write_text(json.dumps(record, indent=1) + "\n")
     if rank == 0:
         step_s = max(r["step_s_median"] for r in gathered)  # a step ends when the slowest rank's does
-        summary_record = {
+        summary = {
             "world_size": world_size,
             "nodes": sorted({r["host"] for r in gathered}),
             "batch_per_rank": args.batch,
@@ -229,7 +214,7 @@ def standalone(args: argparse.Namespace) -> dict[str, Any]:
             "samples_per_s": world_size * args.batch / step_s,
             "ranks": gathered,
         }
-        (args.out / "summary.json").write_text(json.dumps(summary_record, indent=1) + "\n")
+        (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return record
 
 
