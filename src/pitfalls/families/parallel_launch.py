@@ -36,7 +36,7 @@ import tempfile
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
-from pathlib import Path
+from typing import IO
 
 import psutil
 import torch
@@ -56,6 +56,7 @@ STOP_GRACE_S = 10.0
 PORT_ATTEMPTS = 5
 _PORT_IN_USE = re.compile(r"EADDRINUSE|address already in use", re.IGNORECASE)
 _LOG_TAIL_LINES = 60
+_LOG_TAIL_BYTES = 64 * 1024
 
 
 class RankFailed(RuntimeError):
@@ -123,13 +124,12 @@ def _stop_processes(process: subprocess.Popen[bytes], known: Sequence[int], grac
         process.wait()
 
 
-def _finalize(process: subprocess.Popen[bytes], known: list[int], log: Path) -> None:
+def _finalize(process: subprocess.Popen[bytes], known: list[int], log: IO[bytes]) -> None:
     """Stop what a group left running; runs at `RankGroup.close` or, if never called, when the group is
     collected or the interpreter exits."""
     if process.poll() is None or any(psutil.pid_exists(pid) for pid in known):
         _stop_processes(process, known, STOP_GRACE_S)
-    with contextlib.suppress(FileNotFoundError):
-        log.unlink()
+    log.close()
 
 
 class RankGroup:
@@ -189,13 +189,13 @@ class RankGroup:
         command += ["--prefix", self._prefix, "--launcher-pid", str(os.getpid())]
         # Threads per rank are set by the rank; this also keeps torchrun from printing its OMP_NUM_THREADS notice.
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-        handle, name = tempfile.mkstemp(prefix="pitfalls-torchrun-", suffix=".log")
-        self.log = Path(name)
-        with os.fdopen(handle, "wb") as log:
-            # A session of its own: a Ctrl-C meant for the benchmark process is not also delivered to the ranks,
-            # which the group stops itself.
-            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                            env=env, start_new_session=True)
+        # torchrun's and the ranks' output, in a file with no name: nothing is left on disk whoever ends first (an
+        # asv benchmark process ends without closing anything).
+        self.log = tempfile.TemporaryFile(prefix="pitfalls-torchrun-")
+        # A session of its own: a Ctrl-C meant for the benchmark process is not also delivered to the ranks, which
+        # the group stops itself.
+        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+                                        env=env, start_new_session=True)
         self._finalizer = weakref.finalize(self, _finalize, self.process, self.rank_pids, self.log)
         self._watcher = threading.Thread(target=self._watch, args=(self.process, self._prefix), daemon=True)
         self._watcher.start()
@@ -216,11 +216,14 @@ class RankGroup:
             store.set(key, "torchrun exited")
 
     def _log_tail(self) -> str:
-        try:
-            lines = self.log.read_text(encoding="utf-8", errors="replace").splitlines()
-        except FileNotFoundError:
+        """The last lines torchrun and the ranks wrote. Read with pread, which leaves the file offset the writers
+        share where it is."""
+        if self.log.closed:
             return ""
-        return "\n".join(lines[-_LOG_TAIL_LINES:])
+        size = os.fstat(self.log.fileno()).st_size
+        start = max(0, size - _LOG_TAIL_BYTES)
+        text = os.pread(self.log.fileno(), size - start, start).decode("utf-8", errors="replace")
+        return "\n".join(text.splitlines()[-_LOG_TAIL_LINES:])
 
     # --- commands -------------------------------------------------------------------------------------------
 
