@@ -20,19 +20,17 @@ import pytest
 import torch
 
 from pitfalls import cli, registry
-from pitfalls.families import parallel
-from pitfalls.families.parallel import (
+from pitfalls.families import parallel, parallel_step
+from pitfalls.families.parallel import compare_updates, make_runner, one_step_update
+from pitfalls.families.parallel_launch import RANK_MODULE, RankFailed, RankGroup, free_port
+from pitfalls.families.parallel_step import (
     DATA_PARALLEL,
     DATA_PARALLEL_LOSS_INSIDE,
     DDP,
     SINGLE,
     StepConfig,
-    compare_updates,
-    make_runner,
     make_trainer,
-    one_step_update,
 )
-from pitfalls.families.parallel_launch import RANK_MODULE, RankFailed, RankGroup, free_port
 from pitfalls.family import SkipCase
 from pitfalls.probes import Unavailable
 
@@ -90,12 +88,12 @@ def test_the_entry_single_first_no_floor_and_only_the_figures_that_apply():
 
 
 def test_every_rank_gets_its_own_share_of_the_one_global_batch():
-    images, labels = parallel.seeded_images(0, 6, 16, 10, seed=3)
+    images, labels = parallel_step.seeded_images(0, 6, 16, 10, seed=3)
     for rank in range(3):
-        mine = parallel.seeded_images(rank * 2, 2, 16, 10, seed=3)
+        mine = parallel_step.seeded_images(rank * 2, 2, 16, 10, seed=3)
         assert torch.equal(mine[0], images[rank * 2:rank * 2 + 2])
         assert torch.equal(mine[1], labels[rank * 2:rank * 2 + 2])
-    assert not torch.equal(parallel.seeded_images(0, 1, 16, 10, seed=4)[0], images[:1])
+    assert not torch.equal(parallel_step.seeded_images(0, 1, 16, 10, seed=4)[0], images[:1])
     # Every image holds as many ignored pixels (-1 and the background 9), so per-rank means average to the whole
     # batch's mean; the valid labels are spread over the other classes.
     per_image = [(int((x == -1).sum()), int((x == 9).sum())) for x in labels]
@@ -147,10 +145,10 @@ def test_communication_counts_overlapping_transfers_once_and_only_communication(
 
     events = [event("gloo:all_reduce", 0, 100), event("gloo:broadcast", 50, 150), event("aten::conv2d", 0, 900),
               event("gloo:all_reduce", 300, 400), event("ncclDevKernel_AllReduce", 0, 500, cuda)]
-    assert parallel.communication_seconds(events, on_gpu=False) == pytest.approx(250e-6)
+    assert parallel_step.communication_seconds(events, on_gpu=False) == pytest.approx(250e-6)
     gpu = [event("ncclDevKernel_AllReduce_Sum_f32", 0, 100, cuda), event("Memcpy PtoP (Device -> Device)", 80, 120,
            cuda), event("void at::native::conv", 0, 1000, cuda), event("nccl:all_reduce", 0, 5000)]
-    assert parallel.communication_seconds(gpu, on_gpu=True) == pytest.approx(120e-6)
+    assert parallel_step.communication_seconds(gpu, on_gpu=True) == pytest.approx(120e-6)
 
 
 # --- equivalence ------------------------------------------------------------------------------------------------
@@ -171,9 +169,9 @@ def test_two_gloo_ranks_make_the_same_update_as_single_and_a_wrong_rank_is_caugh
     assert differing == [] and worst <= TOLERANCE * scale
     # The same check catches a step that is only nearly right: every rank training on rank 0's images.
     wrong = RankGroup(config, "cpu", entry=rank_script(tmp_path, """
-        from pitfalls.families import parallel
-        real = parallel.seeded_images
-        parallel.seeded_images = lambda first, *rest, **kw: real(0, *rest, **kw)
+        from pitfalls.families import parallel_step
+        real = parallel_step.seeded_images
+        parallel_step.seeded_images = lambda first, *rest, **kw: real(0, *rest, **kw)
     """))
     try:
         bad = one_step_update(wrong, config)

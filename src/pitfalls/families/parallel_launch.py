@@ -42,7 +42,7 @@ import psutil
 import torch
 from torch.distributed import DistStoreError, TCPStore
 
-from pitfalls.families.parallel import RankFigures, StepConfig
+from pitfalls.families.parallel_step import RankFigures, StepConfig
 from pitfalls.probes.result import Unavailable
 
 __all__ = ["RankFailed", "RankGroup", "free_port", "torchrun_command"]

@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import DistError, DistStoreError, TCPStore
 
-from pitfalls.families.parallel import DDP, StepConfig, Trainer, make_trainer, utilization
+from pitfalls.families.parallel_step import DDP, StepConfig, Trainer, make_trainer, utilization
 from pitfalls.probes.nvml import NvmlSampler
 from pitfalls.probes.result import Unavailable
 
