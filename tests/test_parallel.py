@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -251,6 +252,20 @@ def test_a_rank_that_raises_ends_the_run_with_its_traceback_and_leaves_nothing(t
     assert alive([group.process.pid, *pids]) == []
     with pytest.raises(RankFailed, match="closed"):
         group()
+
+
+@pytest.mark.slow
+def test_the_gate_fails_a_variant_whose_rank_raises(tmp_path, monkeypatch, no_process_left):
+    entry = rank_script(tmp_path, """
+        from pitfalls.families import parallel_rank
+        def execute(trainer, command, rank):
+            raise RuntimeError(f"rank {rank} cannot step")
+        parallel_rank.execute = execute
+    """)
+    monkeypatch.setattr(parallel, "RankGroup", functools.partial(RankGroup, entry=entry))
+    row = FAMILY.compare(DDP, "cpu")
+    assert not row.matches and row.max_abs_diff == math.inf
+    assert row.detail.startswith("rank ") and row.detail.endswith("cannot step"), row.detail
 
 
 @pytest.mark.slow

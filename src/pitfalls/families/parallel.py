@@ -54,6 +54,7 @@ import torch
 from torch import Tensor
 
 from pitfalls.families.loss import estimate_train_step_bytes
+from pitfalls.families.parallel_launch import RankFailed, RankGroup
 from pitfalls.families.parallel_step import (
     DATA_PARALLEL,
     DATA_PARALLEL_LOSS_INSIDE,
@@ -222,8 +223,6 @@ def make_runner(variant: str, device: torch.device, config: StepConfig) -> Runne
     started now. Raises `SkipCase` first when this machine cannot run it."""
     check_devices(variant, device, config.world_size)
     if variant == DDP:
-        from pitfalls.families.parallel_launch import RankGroup  # the launcher loads only for ddp
-
         return RankGroup(config, device.type, threads=rank_threads(config.world_size))
     return make_trainer(variant, device, config)
 
@@ -292,12 +291,16 @@ def compare(family: Family, variant: str, device: torch.device) -> Comparison:
     config = StepConfig(**params, dtype=GATE_DTYPE)
     try:
         runner = make_runner(variant, device, config)
+        try:
+            got = one_step_update(runner, config)
+        finally:
+            runner.close()
     except SkipCase as skip:
         return not_run(family, variant, device, skip.reason)
-    try:
-        got = one_step_update(runner, config)
-    finally:
-        runner.close()
+    except RankFailed as failure:
+        # A rank's error fails the gate like a wrong answer: its first line and its exception's line.
+        lines = str(failure).split("\n--- torchrun output")[0].strip().splitlines()
+        return Comparison(family.name, variant, str(device), False, float("inf"), f"{lines[0]} {lines[-1]}")
     worst, differing = compare_updates(got, one_step_update(make_trainer(SINGLE, device, config), config))
     detail = f"updates differ in {', '.join(differing)}" if differing else ""
     return Comparison(family.name, variant, str(device), not differing, worst, detail)
