@@ -653,10 +653,12 @@ def family_classes(family: str, module: str, *, time: tuple[str, str], prefix: s
             if compile_cache:
                 namespace["setup_cache"] = _method_copy(_Compile._setup_cache, "setup_cache", __module__=module)
         made[prefix + name] = (base, namespace)
+    # A family with nothing to compile has no eager/compiled axis: a "compiled" column could only ever fail.
+    modes = {} if COMPILE in entry.figures else {"mode_axis": False}
     classes = {}
     for name, (base, namespace) in made.items():
         doc = f"{(base.__doc__ or '').strip()}\n\nFamily {family} (article {entry.article}): {entry.summary}."
-        classes[name] = type(name, (base,), {**namespace, "family": family, "__module__": module,
+        classes[name] = type(name, (base,), {**namespace, **modes, "family": family, "__module__": module,
                                               "__qualname__": name, "__doc__": doc})
     return classes
 

@@ -149,7 +149,11 @@ def event_against_host_time(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for entry in all_families().values():
         for variant in (entry.baseline, entry.cases[-1]):
-            case = entry.build(variant, device=device, **entry.smoke)
+            try:
+                case = entry.build(variant, device=device, **entry.smoke)
+            except SkipCase as skip:
+                rows.append({"family": entry.name, "variant": variant, "skipped": skip.reason})
+                continue
 
             def call(case: Case = case) -> None:
                 case()
@@ -179,7 +183,11 @@ def speedups(device: str, sizes: Sizes) -> list[dict[str, Any]]:
                 rows.append({"family": entry.name, "sizes": params, "skipped": skip.reason})
                 continue
             for variant in entry.cases[1:]:
-                candidate = entry.build(variant, device=device, **params)
+                try:
+                    candidate = entry.build(variant, device=device, **params)
+                except SkipCase as skip:  # e.g. a variant that needs more devices than this machine has
+                    rows.append({"family": entry.name, "variant": variant, "sizes": params, "skipped": skip.reason})
+                    continue
                 result = interleaved_speedup(
                     naive, candidate, rounds=sizes.rounds, warmup=1, sync=functools.partial(synchronize, naive.device)
                 )

@@ -1,0 +1,314 @@
+"""One process's part of the parallel family's training step: the data, the net, the trainer of each variant.
+
+What every process of the family runs, the benchmark process (``single``, DataParallel) and each DDP rank alike:
+the seeded global batch and each rank's share of it, the net's seeded initial weights, and a `Trainer` that runs
+one step and measures its time, peak memory and communication. The family's entry, its devices, figures and gate
+are in `parallel`; the DDP launcher and rank entry point in `parallel_launch` and `parallel_rank`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import psutil
+import torch
+from torch import Tensor, nn
+from torch.profiler import ProfilerActivity, profile
+
+from pitfalls.families.loss import IGNORE, SegNet, make_loss
+from pitfalls.probes.nvml import NvmlSummary
+from pitfalls.probes.result import Unavailable
+
+SINGLE = "single"
+DATA_PARALLEL = "data_parallel"
+DATA_PARALLEL_LOSS_INSIDE = "data_parallel_loss_inside"
+DDP = "ddp"
+VARIANTS = (SINGLE, DATA_PARALLEL, DATA_PARALLEL_LOSS_INSIDE, DDP)
+NEEDS_GPUS = "needs 2 or more CUDA devices"
+NUM_CLASSES = 10
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+# What the profiler calls communication. gloo's collectives are recorded from enqueue to completion on the CPU;
+# on a GPU the work is the nccl kernels (DDP's all-reduce, DataParallel's broadcast and reduce) and the
+# device-to-device copies of DataParallel's scatter and gather.
+_CPU_COMMUNICATION = ("gloo:",)
+_GPU_COMMUNICATION = ("nccl", "Memcpy PtoP")
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    """One training step of the family: how many ranks, images per rank, image size, seed and optimizer.
+
+    Attributes:
+        world_size: processes (ddp) or replicas (data_parallel) sharing the global batch.
+        batch: images per rank; the global batch is ``world_size * batch``.
+        image_size: image height and width, in pixels.
+        num_classes: C, including the background class C-1.
+        seed: seeds the net's initial weights and every image.
+        lr: SGD learning rate.
+        momentum: SGD momentum.
+        dtype: "float32" (the benchmark) or "float64" (the equivalence gate).
+    """
+
+    world_size: int
+    batch: int
+    image_size: int
+    num_classes: int = NUM_CLASSES
+    seed: int = 0
+    lr: float = 1e-3
+    momentum: float = 0.9
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype={self.dtype!r} is not allowed; allowed: {', '.join(DTYPES)}")
+
+    @property
+    def global_batch(self) -> int:
+        return self.world_size * self.batch
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+
+def seeded_images(first: int, count: int, image_size: int, num_classes: int, seed: int) -> tuple[Tensor, Tensor]:
+    """Images ``first .. first+count-1`` of the family's global batch, on the host.
+
+    Each image is drawn from its own seed, so a rank builds only its own share and gets exactly the images
+    ``single`` holds at the same positions. Labels: valid classes in [0, C-1), then ``pixels // (C + 1)`` pixels
+    set to -1 and as many to the background class C-1, at seeded positions: every image has the same number of
+    valid pixels (see the module docstring).
+
+    Returns:
+        images ``[count, 3, H, W]`` float32 and labels ``[count, H, W]`` int64.
+    """
+    pixels = image_size * image_size
+    ignored = pixels // (num_classes + 1)
+    images, labels = [], []
+    for index in range(first, first + count):
+        # torch's CPU generator keeps 32 bits of a seed: SeedSequence mixes (seed, index) into 32 well-spread bits.
+        generator = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, index]).generate_state(1)[0]))
+        images.append(torch.randn(3, image_size, image_size, generator=generator))
+        label = torch.randint(0, num_classes - 1, (pixels,), generator=generator)
+        where = torch.randperm(pixels, generator=generator)
+        label[where[:ignored]] = IGNORE
+        label[where[ignored : 2 * ignored]] = num_classes - 1
+        labels.append(label.view(image_size, image_size))
+    return torch.stack(images), torch.stack(labels)
+
+
+def initial_net(config: StepConfig) -> SegNet:
+    """The net every variant and rank starts from: the same seeded weights everywhere."""
+    torch.manual_seed(config.seed)
+    return SegNet(config.num_classes).to(config.torch_dtype)
+
+
+@dataclass(frozen=True)
+class RankFigures:
+    """What one rank (a DDP process, or one device of a DataParallel step) measured over one step.
+
+    Attributes:
+        rank: the global rank, or the device index of a DataParallel replica.
+        host: the host name (ranks may live on several nodes).
+        pid: the process that ran it.
+        device: the device, e.g. "cuda:1" or "cpu".
+        seconds: the step's wall time in that process, synchronized.
+        peak_bytes: CUDA max allocated on a GPU; the process's USS at its high point on the CPU.
+        memory: which of the two ``peak_bytes`` is.
+    """
+
+    rank: int
+    host: str
+    pid: int
+    device: str
+    seconds: float
+    peak_bytes: int
+    memory: str
+
+
+def _union_seconds(intervals: Sequence[tuple[float, float]]) -> float:
+    """Length of the union of [start, end) intervals given in microseconds, in seconds."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total / 1e6
+
+
+def communication_seconds(events: Sequence[Any], on_gpu: bool) -> float:
+    """Time in which some communication was in flight, from a profiler's events (overlaps counted once).
+
+    Args:
+        events: ``torch.profiler.profile(...).events()``.
+        on_gpu: read the device's nccl kernels and peer copies; else gloo's collectives on the CPU.
+
+    Returns:
+        Seconds.
+    """
+    prefixes = _GPU_COMMUNICATION if on_gpu else _CPU_COMMUNICATION
+    wanted = torch.autograd.DeviceType.CUDA if on_gpu else torch.autograd.DeviceType.CPU
+    intervals = [
+        (event.time_range.start, event.time_range.end)
+        for event in events
+        if event.device_type == wanted and event.name.startswith(prefixes)
+    ]
+    return _union_seconds(intervals)
+
+
+def synchronize_all(devices: Sequence[torch.device]) -> None:
+    """Wait for the queued work of every CUDA device in ``devices``; nothing to wait for on the CPU."""
+    for device in devices:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+
+class Trainer:
+    """One process's part of the step: forward with the loss, backward, optimizer step, on inputs built once.
+
+    Args:
+        net: the `SegNet` whose weights the optimizer updates (unwrapped).
+        forward: ``forward(images, labels) -> loss``: the net, wrapped or not, and the loss.
+        images: this process's images, on its first device.
+        labels: their labels.
+        devices: every device the step runs on in this process (DataParallel: all of them).
+        config: the step's configuration.
+        rank: the global rank of the first device (DDP); 0 otherwise.
+        communicates: whether the step exchanges anything between devices (False for ``single``).
+    """
+
+    def __init__(self, net: nn.Module, forward: Callable[[Tensor, Tensor], Tensor], images: Tensor, labels: Tensor,
+                 devices: Sequence[torch.device], config: StepConfig, *, rank: int = 0,
+                 communicates: bool = True) -> None:
+        self.net = net
+        self.forward = forward
+        self.images, self.labels = images, labels
+        self.devices = tuple(devices)
+        self.config = config
+        self.rank = rank
+        self.communicates = communicates
+        self.optimizer = torch.optim.SGD(net.parameters(), lr=config.lr, momentum=config.momentum)
+
+    def step(self, after_forward: Callable[[], None] | None = None) -> Tensor:
+        """Run one step, queued on the device(s), not synchronized; return the loss."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.forward(self.images, self.labels)
+        if after_forward is not None:
+            after_forward()
+        loss.backward()
+        self.optimizer.step()
+        return loss.detach()
+
+    def __call__(self) -> Tensor:
+        return self.step()
+
+    def synchronize(self) -> None:
+        synchronize_all(self.devices)
+
+    def measure(self) -> list[RankFigures]:
+        """Run one step and return its time and peak memory, one entry per device this process drives."""
+        host, pid = socket.gethostname(), os.getpid()
+        self.synchronize()
+        if self.devices[0].type == "cuda":
+            for device in self.devices:
+                torch.cuda.reset_peak_memory_stats(device)
+            start = time.perf_counter()
+            self.step()
+            self.synchronize()
+            seconds = time.perf_counter() - start
+            return [RankFigures(self.rank + i, host, pid, str(device), seconds,
+                                int(torch.cuda.max_memory_allocated(device)), "CUDA max allocated")
+                    for i, device in enumerate(self.devices)]
+        process = psutil.Process()
+        seen = [process.memory_full_info().uss]
+        start = time.perf_counter()
+        # The high point of a step's memory is the end of the forward: every activation kept for backward.
+        self.step(after_forward=lambda: seen.append(process.memory_full_info().uss))
+        seconds = time.perf_counter() - start
+        seen.append(process.memory_full_info().uss)
+        return [RankFigures(self.rank, host, pid, "cpu", seconds, max(seen), "USS")]
+
+    def communication(self) -> float | Unavailable:
+        """Seconds of one step in which communication was in flight, from torch.profiler."""
+        if not self.communicates:
+            return Unavailable("one device: nothing is communicated")
+        on_gpu = self.devices[0].type == "cuda"
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+        self.synchronize()
+        with profile(activities=activities) as profiler:
+            self.step()
+            self.synchronize()
+        return communication_seconds(profiler.events(), on_gpu)
+
+    def state(self) -> dict[str, Tensor]:
+        """The net's weights, copied to the host."""
+        return {name: value.detach().cpu().clone() for name, value in self.net.state_dict().items()}
+
+    def close(self) -> None:
+        """Nothing to release: the step runs in this process and its memory goes with the trainer."""
+
+
+class _LossInside(nn.Module):
+    """The net and the loss as one module, so DataParallel's replicas each return a scalar, not their logits."""
+
+    def __init__(self, net: nn.Module, loss: nn.Module) -> None:
+        super().__init__()
+        self.net, self.loss = net, loss
+
+    def forward(self, images: Tensor, labels: Tensor) -> Tensor:
+        # One element rather than a 0-d tensor: DataParallel gathers 0-d outputs with a warning.
+        return self.loss(self.net(images), labels).reshape(1)
+
+
+def make_trainer(variant: str, device: torch.device, config: StepConfig, *, rank: int = 0) -> Trainer:
+    """Build one process's part of a variant's step.
+
+    Args:
+        variant: ``single``, ``data_parallel``, ``data_parallel_loss_inside``, or ``ddp`` (then the default
+            process group must be initialized: this is what each rank runs).
+        device: the process's device (``single``, ``ddp``); DataParallel always runs on cuda:0 .. cuda:W-1 (pick
+            the GPUs with CUDA_VISIBLE_DEVICES), as each DDP rank r runs on its node's cuda:r.
+        config: the step.
+        rank: the DDP rank, which picks this rank's share of the global batch.
+
+    Returns:
+        The `Trainer`.
+    """
+    if variant in (DATA_PARALLEL, DATA_PARALLEL_LOSS_INSIDE):
+        # DataParallel keeps the net on its first device and replicates it to the others each step.
+        devices = [torch.device("cuda", i) for i in range(config.world_size)]
+        device = devices[0]
+    net = initial_net(config).to(device)
+    loss = make_loss("ignore_index", config.num_classes).to(device)
+    share = config.batch if variant == DDP else config.global_batch
+    images, labels = seeded_images(rank * share if variant == DDP else 0, share, config.image_size,
+                                   config.num_classes, config.seed)
+    images, labels = images.to(device, config.torch_dtype), labels.to(device)
+    if variant == SINGLE:
+        return Trainer(net, lambda x, y: loss(net(x), y), images, labels, (device,), config, communicates=False)
+    if variant == DDP:
+        wrapped = nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
+        return Trainer(net, lambda x, y: loss(wrapped(x), y), images, labels, (device,), config, rank=rank)
+    ids = [d.index for d in devices]
+    if variant == DATA_PARALLEL:
+        replicated = nn.DataParallel(net, device_ids=ids)
+        return Trainer(net, lambda x, y: loss(replicated(x), y), images, labels, devices, config)
+    inside = nn.DataParallel(_LossInside(net, loss), device_ids=ids)
+    # Every replica holds as many valid pixels, so the mean of their means is the global batch's mean.
+    return Trainer(net, lambda x, y: inside(x, y).mean(), images, labels, devices, config)
+
+
+def utilization(summary: NvmlSummary | Unavailable) -> float | Unavailable:
+    """The mean GPU utilization % an NVML window saw, or why there is none."""
+    if isinstance(summary, Unavailable):
+        return summary
+    if isinstance(summary.utilization_pct, Unavailable):
+        return summary.utilization_pct
+    return summary.utilization_pct.mean
