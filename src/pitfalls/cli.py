@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,11 +53,15 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
         return 2
     rows = check_all(devices)
     table = Table(title=f"every variant against its family's naive variant ({', '.join(devices)})")
-    columns = ("family", "variant", "device", "matches naive", "max abs diff", "sync hazards", "syncs", "failed on")
+    columns = ("family", "variant", "device", "matches naive", "max abs diff", "sync hazards", "syncs", "detail")
     for column in columns:
         table.add_column(column)
     notes = set()
     for row in rows:
+        if row.skipped:
+            table.add_row(row.family, row.variant, row.device, "n/a", "n/a", "n/a", "n/a",
+                          f"not run here: {row.skipped}")
+            continue
         verdict = "[green]yes[/green]" if row.matches else "[red]NO[/red]"
         hazards, syncs = sync_columns(row.family, row.variant, row.device)
         if syncs.startswith("n/a: "):
@@ -69,11 +74,14 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
     console.print("sync hazards: ops per call that make the host wait for an accelerator (counted on any device)")
     for note in sorted(notes):
         console.print(note)
-    failed = [f"{r.family}/{r.variant} on {r.device}" for r in rows if not r.matches]
+    failed = [f"{r.family}/{r.variant} on {r.device}" for r in rows if not r.matches and not r.skipped]
+    skipped = [f"{r.family}/{r.variant} on {r.device}" for r in rows if r.skipped]
     if failed:
         console.print(f"[red]{len(failed)} variant(s) differ from naive:[/red] {', '.join(failed)}")
         return 1
-    console.print(f"all {len(rows)} variant runs match naive")
+    ran = len(rows) - len(skipped)
+    console.print(f"all {ran} variant runs match naive"
+                  + (f"; {len(skipped)} not run here: {', '.join(skipped)}" if skipped else ""))
     return 0
 
 
@@ -82,14 +90,14 @@ def sync_columns(family_name: str, variant: str, device: str) -> tuple[str, str]
     entry = family(family_name)
     if HAZARDS not in entry.figures and CUDA not in entry.figures:
         return "n/a", f"n/a: does not apply to the {family_name} family"
-    case = entry.build(variant, device=device, **entry.smoke)
     try:
+        case = entry.build(variant, device=device, **entry.smoke)
+    except SkipCase as skip:
+        return "n/a", f"n/a: {skip.reason}"
+    with case:
         case()  # warm-up: one-off work (allocator, lazy init) is not the variant's cost
         hazards = str(count_hazards(case).total) if HAZARDS in entry.figures else "n/a"
         syncs = count_cuda_syncs(case, calls=3, warmup=0)
-    finally:
-        if case.close is not None:
-            case.close()
     return hazards, (f"n/a: {syncs.reason}" if isinstance(syncs, Unavailable) else f"{syncs.per_call:g}")
 
 
@@ -122,10 +130,14 @@ def cmd_probe(args: argparse.Namespace, console: Console) -> int:
     params = probe_params(parser, args)
     compiled = bool(getattr(args, "compiled", False))
     try:
-        case = entry.build(args.variant, device=args.device, compiled=compiled, **params)
-        naive = entry.build(entry.baseline, device=args.device, compiled=compiled, **case.params)
-        figures = probe_case(case, baseline_case=naive, applies=entry.figures, trace_path=args.trace,
-                             rounds=args.rounds)
+        # Closed on the way out: a case may hold worker processes or ranks.
+        with contextlib.ExitStack() as held:
+            case = held.enter_context(entry.build(args.variant, device=args.device, compiled=compiled, **params))
+            naive = held.enter_context(
+                entry.build(entry.baseline, device=args.device, compiled=compiled, **case.params)
+            )
+            figures = probe_case(case, baseline_case=naive, applies=entry.figures, trace_path=args.trace,
+                                 rounds=args.rounds)
     except SkipCase as skip:
         print(f"unavailable: {args.family}/{args.variant} cannot run here: {skip.reason}", file=sys.stderr)
         return 2

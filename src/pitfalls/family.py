@@ -51,7 +51,8 @@ class Case:
     Calling it runs one unit of the family's work (a training step, a sampling call, a batch) queued on the
     device, not synchronized. ``fn(*inputs)`` is the eager form of the part ``torch.compile`` wraps, for probes
     that must see every op; a case with no such single-process part (a multi-process step) has ``fn=None``.
-    ``close`` releases what the case holds beyond memory (worker processes), when it holds any.
+    ``close`` releases what the case holds beyond memory (worker processes), when it holds any; ``with case:``
+    calls it on the way out.
     """
 
     family: str
@@ -67,6 +68,13 @@ class Case:
     def __call__(self) -> Any:
         return self.call()
 
+    def __enter__(self) -> Case:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.close is not None:
+            self.close()
+
     @property
     def name(self) -> str:
         mode = "compiled" if self.compiled else "eager"
@@ -76,7 +84,11 @@ class Case:
 
 @dataclass(frozen=True)
 class Comparison:
-    """One variant on one device against its family's naive variant."""
+    """One variant on one device against its family's naive variant.
+
+    ``skipped`` holds why the comparison could not be made on this machine (a variant that needs two GPUs): such a
+    row neither passes nor fails the gate, and `matches` is False only because nothing was shown to match.
+    """
 
     family: str
     variant: str
@@ -84,6 +96,12 @@ class Comparison:
     matches: bool
     max_abs_diff: float
     detail: str = ""
+    skipped: str = ""
+
+    @classmethod
+    def not_run(cls, family: str, variant: str, device: str, reason: str) -> Comparison:
+        """A comparison this machine cannot make, and why."""
+        return cls(family, variant, device, False, float("nan"), skipped=reason)
 
 
 _BOOL_TEXT = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}

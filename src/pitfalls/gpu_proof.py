@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -75,9 +75,15 @@ def _value(figure: Any) -> Any:
     return str(figure) if isinstance(figure, Unavailable) else figure
 
 
-def _closing(case: Case) -> None:
-    if case.close is not None:
-        case.close()
+def _build_or_skip(
+    entry: Family, variant: str, device: str, params: Mapping[str, Any], rows: list[dict[str, Any]]
+) -> Case | None:
+    """Build a case, or record in ``rows`` why it cannot run here (e.g. it needs more devices) and return None."""
+    try:
+        return entry.build(variant, device=device, **params)
+    except SkipCase as skip:
+        rows.append({"family": entry.name, "variant": variant, "sizes": dict(params), "skipped": skip.reason})
+        return None
 
 
 def syncs_against_hazards(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
@@ -90,12 +96,14 @@ def syncs_against_hazards(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
         if HAZARDS not in entry.figures:
             continue
         for variant in entry.cases:
-            case = entry.build(variant, device=device, **entry.smoke)
-            case()
-            synchronize(case.device)
-            hazards = count_hazards(case).total
-            syncs = count_cuda_syncs(case, calls=5, warmup=1)
-            _closing(case)
+            case = _build_or_skip(entry, variant, device, entry.smoke, rows)
+            if case is None:
+                continue
+            with case:
+                case()
+                synchronize(case.device)
+                hazards = count_hazards(case).total
+                syncs = count_cuda_syncs(case, calls=5, warmup=1)
             real: float | Unavailable = syncs if isinstance(syncs, Unavailable) else syncs.per_call
             agrees = "n/a" if isinstance(real, Unavailable) else ("yes" if (hazards == 0) == (real == 0) else "NO")
             rows.append(
@@ -114,21 +122,19 @@ def nvml_while_looping(device: str, sizes: Sizes) -> list[dict[str, Any]]:
             continue
         params = sizes.of(entry)[0]
         for variant in entry.cases:
-            try:
-                case = entry.build(variant, device=device, **params)
-            except SkipCase as skip:
-                rows.append({"family": entry.name, "variant": variant, "sizes": params, "skipped": skip.reason})
+            case = _build_or_skip(entry, variant, device, params, rows)
+            if case is None:
                 continue
-            case()
-            synchronize(case.device)
-            steps = 0
-            with NvmlSampler(case.device if case.device.type == "cuda" else 0) as sampler:
-                deadline = time.perf_counter() + sizes.nvml_seconds
-                while time.perf_counter() < deadline:
-                    case()
-                    steps += 1
+            with case:
+                case()  # warm-up, outside the sampled window
                 synchronize(case.device)
-            _closing(case)
+                steps = 0
+                with NvmlSampler(case.device if case.device.type == "cuda" else 0) as sampler:
+                    deadline = time.perf_counter() + sizes.nvml_seconds
+                    while time.perf_counter() < deadline:
+                        case()
+                        steps += 1
+                    synchronize(case.device)
             summary = sampler.summary
             row: dict[str, Any] = {"family": entry.name, "variant": variant, "sizes": params, "calls": steps}
             if isinstance(summary, NvmlSummary):
@@ -149,19 +155,17 @@ def event_against_host_time(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for entry in all_families().values():
         for variant in (entry.baseline, entry.cases[-1]):
-            try:
-                case = entry.build(variant, device=device, **entry.smoke)
-            except SkipCase as skip:
-                rows.append({"family": entry.name, "variant": variant, "skipped": skip.reason})
+            case = _build_or_skip(entry, variant, device, entry.smoke, rows)
+            if case is None:
                 continue
 
             def call(case: Case = case) -> None:
                 case()
                 synchronize(case.device)
 
-            host = wall_time(call, warmup=2, min_run_time=0.5).median_s * 1e3
-            events = cuda_event_time(case, calls=20, warmup=2)
-            _closing(case)
+            with case:
+                host = wall_time(call, warmup=2, min_run_time=0.5).median_s * 1e3
+                events = cuda_event_time(case, calls=20, warmup=2)
             event_ms: float | Unavailable = events if isinstance(events, Unavailable) else events.median_ms
             ratio = event_ms if isinstance(event_ms, Unavailable) else host / event_ms
             rows.append({"family": entry.name, "variant": variant, "host_ms": round(host, 3),
@@ -177,26 +181,21 @@ def speedups(device: str, sizes: Sizes) -> list[dict[str, Any]]:
         if SPEEDUP not in entry.figures:
             continue
         for params in sizes.of(entry):
-            try:
-                naive = entry.build(entry.baseline, device=device, **params)
-            except SkipCase as skip:
-                rows.append({"family": entry.name, "sizes": params, "skipped": skip.reason})
+            naive = _build_or_skip(entry, entry.baseline, device, params, rows)
+            if naive is None:
                 continue
-            for variant in entry.cases[1:]:
-                try:
-                    candidate = entry.build(variant, device=device, **params)
-                except SkipCase as skip:  # e.g. a variant that needs more devices than this machine has
-                    rows.append({"family": entry.name, "variant": variant, "sizes": params, "skipped": skip.reason})
-                    continue
-                result = interleaved_speedup(
-                    naive, candidate, rounds=sizes.rounds, warmup=1, sync=functools.partial(synchronize, naive.device)
-                )
-                _closing(candidate)
-                rows.append({"family": entry.name, "variant": variant, "sizes": params,
-                             "speedup": round(result.ratio, 2),
-                             "naive_ms": round(result.baseline_median_s * 1e3, 3),
-                             "variant_ms": round(result.candidate_median_s * 1e3, 3)})
-            _closing(naive)
+            with naive:
+                for variant in entry.cases[1:]:
+                    candidate = _build_or_skip(entry, variant, device, params, rows)
+                    if candidate is None:
+                        continue
+                    with candidate:
+                        result = interleaved_speedup(naive, candidate, rounds=sizes.rounds, warmup=1,
+                                                     sync=functools.partial(synchronize, naive.device))
+                    rows.append({"family": entry.name, "variant": variant, "sizes": params,
+                                 "speedup": round(result.ratio, 2),
+                                 "naive_ms": round(result.baseline_median_s * 1e3, 3),
+                                 "variant_ms": round(result.candidate_median_s * 1e3, 3)})
     return rows
 
 

@@ -261,15 +261,6 @@ def one_step_update(runner: Runner, config: StepConfig) -> dict[str, Tensor]:
     return {name: value - initial[name] for name, value in runner.state().items()}
 
 
-def not_run(family: Family, variant: str, device: torch.device, reason: str) -> Comparison:
-    """A comparison that could not be made on this machine: it does not fail the gate, and says why.
-
-    Its ``max_abs_diff`` is NaN (a comparison that ran always has a finite one) and its detail starts with
-    "not run here:".
-    """
-    return Comparison(family.name, variant, str(device), True, float("nan"), f"not run here: {reason}")
-
-
 def compare_updates(got: Mapping[str, Tensor], want: Mapping[str, Tensor]) -> tuple[float, list[str]]:
     """The largest difference between two steps' updates, and the weights whose update differs by more than
     ``UPDATE_RTOL`` of the largest update."""
@@ -283,7 +274,7 @@ def compare(family: Family, variant: str, device: torch.device) -> Comparison:
     """One step of a variant against one step of ``single`` on the same global batch: the updated weights.
 
     At the smoke size with 2 ranks (on a machine with one GPU, ddp runs 1 rank), in float64 (`GATE_DTYPE`).
-    A variant this machine cannot run returns `not_run` with the reason.
+    A variant this machine cannot run is a `Comparison.not_run` with the reason.
     """
     params = dict(family.smoke)
     if device.type == "cuda" and variant == DDP:
@@ -296,7 +287,7 @@ def compare(family: Family, variant: str, device: torch.device) -> Comparison:
         finally:
             runner.close()
     except SkipCase as skip:
-        return not_run(family, variant, device, skip.reason)
+        return Comparison.not_run(family.name, variant, str(device), skip.reason)
     except RankFailed as failure:
         # A rank's error fails the gate like a wrong answer: its first line and its exception's line.
         lines = str(failure).split("\n--- torchrun output")[0].strip().splitlines()
