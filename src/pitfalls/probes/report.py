@@ -23,7 +23,7 @@ from pitfalls.probes.compiled import compile_failure_reason, first_call
 from pitfalls.probes.nvml import MetricSummary, NvmlSampler, NvmlSummary, nvml_unavailable_reason
 from pitfalls.probes.result import Unavailable
 from pitfalls.probes.syncs import count_cuda_syncs, count_hazards
-from pitfalls.probes.timing import cuda_event_time, interleaved_speedup, wall_time
+from pitfalls.probes.timing import CudaEventTiming, cuda_event_time, interleaved_speedup, wall_time
 from pitfalls.probes.trace import export_trace
 
 __all__ = ["CaseLike", "ProbeFigure", "probe_case", "render"]
@@ -208,11 +208,16 @@ def probe_case(
     wall = wall_time(call_synced, warmup=1, min_run_time=min_run_time)
     figures.append(ProbeFigure("time per call", wall.median_s * 1e3, "ms",
                                f"median of {wall.blocks} blocks, torch.utils.benchmark"))
-    events = cuda_event_time(case, calls=rounds) if is_cuda_device(case.device) else _not_on_cuda(case)
+    not_here = Unavailable(f"does not apply to the {case.family} family")
+    if CUDA not in applies:
+        events: CudaEventTiming | Unavailable = not_here  # e.g. a multi-process step: this process runs no kernel
+    elif is_cuda_device(case.device):
+        events = cuda_event_time(case, calls=rounds)
+    else:
+        events = _not_on_cuda(case)
     events_ms = events if isinstance(events, Unavailable) else events.median_ms
     figures.append(ProbeFigure("time per call (CUDA events)", events_ms, "ms"))
 
-    not_here = Unavailable(f"does not apply to the {case.family} family")
     if SPEEDUP in applies:
         figures.append(_speedup(case, baseline_case, rounds, sync))
     if HAZARDS in applies:

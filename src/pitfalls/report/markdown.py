@@ -49,7 +49,8 @@ NA_NOTE = (
     f"family's `{FLOOR}` case (the best the hardware can do for the same job) at the same other parameters."
 )
 _NO_FLOOR = (
-    f"x floor: n/a for every case: these results have no `{FLOOR}` case (measured before the family had a floor)."
+    f"x floor: n/a for every case: these results have no `{FLOOR}` case (the family has none, or they were "
+    "measured before it had one)."
 )
 
 
