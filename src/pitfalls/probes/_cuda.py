@@ -7,9 +7,13 @@ probe therefore asks `cuda_unavailable_reason()` before it touches anything else
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-__all__ = ["NO_CUDA_BUILD", "NO_CUDA_DEVICE", "cuda_unavailable_reason", "is_cuda_device"]
+from pitfalls.probes.result import Unavailable
+
+__all__ = ["NO_CUDA_BUILD", "NO_CUDA_DEVICE", "cuda_module", "cuda_unavailable_reason", "is_cuda_device"]
 
 NO_CUDA_BUILD = "no CUDA device: torch built without CUDA"
 NO_CUDA_DEVICE = "no CUDA device"
@@ -26,6 +30,15 @@ def cuda_unavailable_reason() -> str | None:
     if not torch.cuda.is_available():
         return NO_CUDA_DEVICE
     return None
+
+
+def cuda_module(cuda: Any = None) -> Any:
+    """The `torch.cuda`-like module a CUDA probe uses: the one given (tests pass a fake), else `torch.cuda` when
+    it can be used here, else `Unavailable` with the reason."""
+    if cuda is not None:
+        return cuda
+    reason = cuda_unavailable_reason()
+    return torch.cuda if reason is None else Unavailable(reason)
 
 
 def is_cuda_device(device: torch.device | str | None) -> bool:

@@ -39,7 +39,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from pitfalls._checks import check_callable, check_int_at_least
-from pitfalls.probes._cuda import cuda_unavailable_reason
+from pitfalls.probes._cuda import cuda_module
 from pitfalls.probes.result import Unavailable
 
 __all__ = [
@@ -284,11 +284,9 @@ def count_cuda_syncs(
     check_callable("fn", fn)
     check_int_at_least("calls", calls, 1)
     check_int_at_least("warmup", warmup, 0)
-    if cuda is None:
-        reason = cuda_unavailable_reason()
-        if reason is not None:
-            return Unavailable(reason)
-        cuda = torch.cuda
+    cuda = cuda_module(cuda)
+    if isinstance(cuda, Unavailable):
+        return cuda
     for _ in range(warmup):
         fn()
     cuda.synchronize()

@@ -16,7 +16,7 @@ import torch
 from torch.utils.benchmark import Timer
 
 from pitfalls._checks import check_callable, check_int_at_least
-from pitfalls.probes._cuda import cuda_unavailable_reason
+from pitfalls.probes._cuda import cuda_module
 from pitfalls.probes.result import Unavailable
 
 __all__ = [
@@ -120,11 +120,9 @@ def cuda_event_time(
     check_callable("fn", fn)
     check_int_at_least("calls", calls, 1)
     check_int_at_least("warmup", warmup, 0)
-    if cuda is None:
-        reason = cuda_unavailable_reason()
-        if reason is not None:
-            return Unavailable(reason)
-        cuda = torch.cuda
+    cuda = cuda_module(cuda)
+    if isinstance(cuda, Unavailable):
+        return cuda
     for _ in range(warmup):
         fn()
     pairs = []
