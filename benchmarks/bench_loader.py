@@ -49,10 +49,10 @@ class BatchBytes(_Loader):
     units = {"track_bytes_per_batch": "bytes"}
 
     def setup(self, *params: Any) -> None:
-        self.step = probes.batch_step(self.build(params))
+        self.bytes = self.measure(probes.bytes_per_batch, params)
 
     def track_bytes_per_batch(self, *params: Any) -> int:
-        return probes.batch_nbytes(self.step)
+        return self.bytes
 
 
 class FirstBatch(_Loader):

@@ -48,10 +48,19 @@ def test_unknown_family_is_refused_with_the_known_ones():
 
 @pytest.mark.parametrize("family", registry.families())
 def test_every_variant_and_the_floor_build_a_runnable_case_at_the_smoke_size(family):
-    for variant in registry.family(family).cases:
-        case = cases.smoke_case(family, variant)
+    entry = registry.family(family)
+    for variant in entry.cases:
+        try:
+            case = cases.smoke_case(family, variant)
+        except cases.SkipCase as skip:
+            # A variant may need what this machine lacks (loader's gpu_decode: CUDA and torchvision); the naive
+            # variant and the floor must run anywhere.
+            assert variant not in (entry.baseline, entry.cases[-1]) and skip.reason, (variant, skip.reason)
+            continue
         assert (case.family, case.variant, case.device.type, case.compiled) == (family, variant, "cpu", False)
         case()
+        if case.close is not None:
+            case.close()
 
 
 def test_case_builder_refuses_unknown_parameters_and_skips_what_cannot_run():

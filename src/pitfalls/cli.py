@@ -80,7 +80,10 @@ def sync_columns(family_name: str, variant: str, device: str) -> tuple[str, str]
     entry = family(family_name)
     if HAZARDS not in entry.figures and CUDA not in entry.figures:
         return "n/a", f"n/a: does not apply to the {family_name} family"
-    case = entry.build(variant, device=device, **entry.smoke)
+    try:
+        case = entry.build(variant, device=device, **entry.smoke)
+    except SkipCase as skip:  # a variant that needs what this machine lacks
+        return "n/a", f"n/a: {skip.reason}"
     try:
         case()  # warm-up: one-off work (allocator, lazy init) is not the variant's cost
         hazards = str(count_hazards(case).total) if HAZARDS in entry.figures else "n/a"

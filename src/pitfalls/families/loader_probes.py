@@ -26,9 +26,10 @@ from pitfalls.families.loader import FAMILY, FLOOR, BatchStep, LoaderStep, make_
 from pitfalls.family import SkipCase
 
 _MIB = 2**20
-# How long in-flight batches get to settle, and how often the counters are read meanwhile.
+# How often the workers' batch counters are read while the in-flight batches settle, and how long the queues'
+# feeder threads then get to hand the last batch over.
 SETTLE_POLL_S = 0.05
-SETTLE_QUIET_S = 1.0
+HAND_OVER_S = 0.25
 
 
 def case_params(variant: str, device: str, sizes: Mapping[str, Any]) -> tuple[torch.device, dict[str, Any]]:
@@ -87,6 +88,16 @@ def samples_per_second(step: BatchStep, *, min_seconds: float = 1.0, min_batches
 def batch_nbytes(step: BatchStep) -> int:
     """Bytes of one host batch as the loader hands it over (before the device copy), from its tensors."""
     return nbytes(step.next_batch())
+
+
+def bytes_per_batch(variant: str, device: str, **sizes: Any) -> int:
+    """Bytes of the first batch of a fresh loader, from its tensors (no warm-up: the size does not change)."""
+    where, params = case_params(variant, device, sizes)
+    step = make_step(variant, where, params)
+    try:
+        return batch_nbytes(step)
+    finally:
+        step.close()
 
 
 def time_to_first_batch(variant: str, device: str, **sizes: Any) -> float:
@@ -195,18 +206,10 @@ def torch_shared_segments(pids: Sequence[int]) -> dict[int, int]:
 
 
 def _settle(made: Callable[[], int], expected: int, deadline_s: float) -> None:
-    """Wait until ``made()`` reaches ``expected``, or stays unchanged for ``SETTLE_QUIET_S``, or the deadline."""
+    """Wait until ``made()`` reaches ``expected`` or ``deadline_s`` passes (then the figure shows the shortfall)."""
     deadline = time.monotonic() + deadline_s
-    last, quiet_since = made(), time.monotonic()
-    while time.monotonic() < deadline:
+    while made() < expected and time.monotonic() < deadline:
         time.sleep(SETTLE_POLL_S)
-        now = made()
-        if now >= expected:
-            return
-        if now != last:
-            last, quiet_since = now, time.monotonic()
-        elif time.monotonic() - quiet_since >= SETTLE_QUIET_S:
-            return
 
 
 def in_flight(variant: str, device: str, *, consumed: int = 2, **sizes: Any) -> InFlight:
@@ -233,7 +236,7 @@ def in_flight(variant: str, device: str, *, consumed: int = 2, **sizes: Any) -> 
             per_batch = nbytes(step.next_batch())
         expected = consumed + workers * params["prefetch_factor"]
         _settle(step.board.batches_made, expected, deadline_s=float(params["timeout"] or 120))
-        time.sleep(SETTLE_QUIET_S / 4)  # the queues' feeder threads hand over what was just collated
+        time.sleep(HAND_OVER_S)
         held = sum(torch_shared_segments([os.getpid(), *step.worker_pids()]).values())
         if step.pin:
             held += psutil.Process().memory_full_info().uss - main_uss
