@@ -151,8 +151,9 @@ def test_the_compile_classes_of_two_families_never_share_a_setup_cache():
     # asv keys setup_cache results by module and line: a shared key would hand one family's table to another.
     from asv_runner.benchmarks._base import get_setup_cache_key
 
-    keys = {get_setup_cache_key(module.Compile.setup_cache) for module in MODULES.values()}
-    assert len(keys) == len(MODULES)
+    compiling = [module for family, module in MODULES.items() if "compile" in registry.family(family).figures]
+    keys = {get_setup_cache_key(module.Compile.setup_cache) for module in compiling}
+    assert len(compiling) >= 2 and len(keys) == len(compiling)
 
 
 def test_the_committed_history_keeps_its_series():

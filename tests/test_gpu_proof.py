@@ -30,9 +30,12 @@ def test_dry_run_writes_every_section_with_real_hazards_and_reasons(tmp_path, ca
         assert all(r["zero_together"] == "n/a" for r in rows.values())
     speedups = {(r["family"], r["variant"]): r for r in figures["speedups"]}
     assert set(speedups) == {(e.name, v) for e in all_families().values() for v in e.cases[1:]}
-    for row in speedups.values():
+    # A variant that needs what this machine lacks (loader's gpu_decode: CUDA and torchvision) has its reason.
+    skipped = {key for key, row in speedups.items() if "skipped" in row}
+    assert skipped <= {("loader", "gpu_decode")} and all(speedups[key]["skipped"] for key in skipped)
+    for key, row in speedups.items():
         # Medians of interleaved rounds: every figure is a measured time, none a placeholder.
-        assert row["speedup"] > 0 and row["naive_ms"] > 0 and row["variant_ms"] > 0
+        assert key in skipped or (row["speedup"] > 0 and row["naive_ms"] > 0 and row["variant_ms"] > 0)
     nvml = {(r["family"], r["variant"]) for r in figures["nvml"]}
     assert nvml == {(e.name, v) for e in all_families().values() if "nvml" in e.figures for v in e.cases}
     for section in ("Real CUDA syncs", "NVML while", "CUDA-event time", "Speedup over naive", "asv quick grid"):

@@ -70,7 +70,7 @@ def test_the_entry_is_a_ladder_with_the_articles_sizes_and_nothing_to_compile():
     assert FAMILY.cases[-1] == "floor" and FAMILY.unit == "batch"
     assert COMPILE not in FAMILY.figures and HAZARDS not in FAMILY.figures
     full = FAMILY.axes("full")
-    assert full["image_size"] == (256, 512) and full["batch"] == (32,) and 8 in full["num_workers"]
+    assert full["image_size"] == (128, 256, 512) and full["batch"] == (32,) and 8 in full["num_workers"]
     assert set(full["image_format"]) == {"png", "jpeg"} and set(full["storage"]) == {"list", "packed"}
     with pytest.raises(ValueError, match="nothing to torch.compile"):
         FAMILY.build("naive", compiled=True, **FAMILY.smoke)

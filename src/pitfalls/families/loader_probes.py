@@ -270,7 +270,7 @@ class CopyOnWrite:
 
 
 def copy_on_write(variant: str, device: str, *, epochs: int = 1, **sizes: Any) -> CopyOnWrite:
-    """Worker USS growth of a fresh loader while the main process consumes ``epochs`` epochs of batches.
+    """Worker USS growth of a fresh loader over ``epochs`` epochs of items read, after each worker's first batch.
 
     Forked workers share the parent's pages until they write to them. Reading an item of a Python list writes
     its reference count, so the list form copies the page holding each item read (two objects per item here:
@@ -290,7 +290,9 @@ def copy_on_write(variant: str, device: str, *, epochs: int = 1, **sizes: Any) -
     step = make_step(variant, where, params, check_cores=False, measure_uss=True)
     assert isinstance(step, LoaderStep)
     try:
-        for _ in range(max(2, epochs * params["items"] // params["batch"])):
+        # Each worker's first batch is before the window: consume one more per worker, so that the window
+        # still holds ``epochs`` epochs of reads.
+        for _ in range(epochs * math.ceil(params["items"] / params["batch"]) + params["num_workers"] + 1):
             _synced(step)
         board, startup, window, read = step.board, [], [], 0
         for slot in range(len(board.pids)):
