@@ -37,10 +37,14 @@ the reason (its memory figures are still measured), as is one whose estimate doe
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import itertools
 import multiprocessing
 import os
+import signal
+import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -581,6 +585,25 @@ class BatchStep:
         return loss.detach()
 
 
+@contextlib.contextmanager
+def sigchld_held() -> Iterator[None]:
+    """Hold DataLoader's SIGCHLD handler off (main thread only) while a loader whose worker died is inspected and
+    shut down: the handler raises for a dead worker wherever the main thread happens to be, an error inside the
+    cleanup of that very error."""
+    if not hasattr(signal, "SIGCHLD") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+
+
+class WorkerDied(RuntimeError):
+    """A DataLoader worker died while the loader ran; the message names its pid and the error it caused."""
+
+
 class LoaderStep(BatchStep):
     """A variant's batches from a DataLoader over its data set.
 
@@ -626,6 +649,48 @@ class LoaderStep(BatchStep):
             raise RuntimeError(f"{self.variant}: the loader was closed (or never started)")
         return next(self.iterator)
 
+    def __call__(self) -> Tensor | tuple[Tensor, Tensor]:
+        return self.guarded(super().__call__)
+
+    def inputs(self) -> tuple[Tensor, Tensor]:
+        return self.guarded(super().inputs)
+
+    def guarded(self, work: Callable[[], Any]) -> Any:
+        """Run ``work``; if it fails because a worker died, close the loader and say which worker.
+
+        A killed worker surfaces in several ways: DataLoader's own "exited unexpectedly", its SIGCHLD handler's
+        "killed by signal" (raised wherever the main thread is), or an OSError while taking a batch the dead
+        worker still held. Closing at once also stops that handler from raising again later, elsewhere.
+        """
+        try:
+            return work()
+        except (RuntimeError, OSError, EOFError) as error:
+            with sigchld_held():
+                # A broken connection can reach the main process a moment before the kernel shows its worker dead.
+                dead = self.dead_workers(wait_s=0.0 if isinstance(error, RuntimeError) else 2.0)
+                if dead:
+                    self.close()
+            if not dead:
+                raise
+            raise WorkerDied(f"DataLoader worker (pid {', '.join(map(str, dead))}) of {self.variant} died while "
+                             f"loading a batch ({type(error).__name__}: {error}); the loader is closed") from error
+
+    def dead_workers(self, wait_s: float = 0.0) -> list[int]:
+        """The workers that have exited (or are zombies) although the loader still runs, looking again for up to
+        ``wait_s`` seconds while there is none."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            dead = []
+            for pid in self.board.worker_pids():
+                try:
+                    if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                        dead.append(pid)
+                except psutil.NoSuchProcess:
+                    dead.append(pid)
+            if dead or time.monotonic() >= deadline:
+                return dead
+            time.sleep(0.05)
+
     def worker_pids(self) -> list[int]:
         """The pids of the workers that have started (each writes its own when it starts)."""
         return self.board.worker_pids()
@@ -640,7 +705,15 @@ class LoaderStep(BatchStep):
         # workers, terminating any that does not stop in time.
         shutdown = getattr(iterator, "_shutdown_workers", None)
         if shutdown is not None:
-            shutdown()
+            with sigchld_held():
+                try:
+                    shutdown()
+                except RuntimeError as error:
+                    # After a worker died, DataLoader's SIGCHLD handler reports it again when another worker
+                    # exits while being joined (outside the main thread it cannot be held off); the batch that
+                    # failed has raised that error already.
+                    if not str(error).startswith("DataLoader worker"):
+                        raise
         del iterator
         for process in processes:
             process.join(timeout=10)
