@@ -453,7 +453,7 @@ class _FamilyBenchmark:
         if cls.device_axis:
             names.append("device")
             values.append(list(DEVICES))
-        if cls.mode_axis:
+        if cls.mode_axis and COMPILE in entry.figures:  # a family with nothing to compile has no compiled column
             names.append("mode")
             values.append(list(MODES))
         cls.param_names, cls.params = names, values

@@ -19,12 +19,12 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 from pitfalls._checks import check_choice
-from pitfalls.families import loss, parallel, sampler
+from pitfalls.families import loader, loss, parallel, sampler
 from pitfalls.family import Family
 
 ENTRY_POINT_GROUP = "pitfalls.families"
 FAMILIES_ENV = "PITFALLS_FAMILIES"
-BUILTIN: tuple[Family, ...] = (loss.FAMILY, sampler.FAMILY, parallel.FAMILY)
+BUILTIN: tuple[Family, ...] = (loss.FAMILY, sampler.FAMILY, loader.FAMILY, parallel.FAMILY)
 
 
 class FamilyLoadError(ValueError):

@@ -273,9 +273,9 @@ class RankGroup:
         self._store.set(self._key(f"cmd/{self._n}"), command)
         return self._wait(self.step_timeout_s, repr(command))
 
-    def __call__(self) -> float:
-        """Run one training step on every rank; return rank 0's loss."""
-        return float(json.loads(self.run("step")[0])["loss"])
+    def __call__(self) -> torch.Tensor:
+        """Run one training step on every rank; return rank 0's loss, a scalar tensor as a one-process step's."""
+        return torch.tensor(float(json.loads(self.run("step")[0])["loss"]))
 
     def measure(self) -> list[RankFigures]:
         """One step in which every rank measures its time and peak memory."""
