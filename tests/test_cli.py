@@ -167,3 +167,16 @@ def test_a_case_that_fails_to_compile_reads_unavailable_with_the_reason(monkeypa
     err = capsys.readouterr().err
     assert err.startswith("unavailable: torch.compile failed on torch") and "inductor fell over" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_probe_shows_a_familys_own_figures(capsys):
+    # The loader's: bytes per batch from the tensors (8 x 3 x 64 x 64 uint8 images + 8 x 64 x 64 uint8 masks), and
+    # DataLoader's prefetch_factor (2) batches in flight for its one worker.
+    assert cli.main(["probe", "loader", "uint8", "--image-size", "64", "--batch", "8", "--num-workers", "1",
+                     "--rounds", "1"]) == 0
+    cells = {row[0]: row[1] for row in
+             ([c.strip() for c in line.split("│")[1:-1]] for line in capsys.readouterr().out.splitlines())
+             if len(row) == 4 and row[0]}
+    assert cells["bytes per batch"] == str(8 * 3 * 64 * 64 + 8 * 64 * 64)
+    assert cells["batches in flight"] == "2"
+    assert float(cells["samples per second"]) > 0

@@ -16,7 +16,15 @@ from rich.table import Table
 from pitfalls.devices import available_devices
 from pitfalls.equivalence import check_all
 from pitfalls.family import COMPILE, CUDA, FLOOR, HAZARDS, SkipCase
-from pitfalls.probes import Unavailable, compile_failure_reason, count_cuda_syncs, count_hazards, probe_case, render
+from pitfalls.probes import (
+    ProbeFigure,
+    Unavailable,
+    compile_failure_reason,
+    count_cuda_syncs,
+    count_hazards,
+    probe_case,
+    render,
+)
 from pitfalls.registry import all_families, family, load_errors
 from pitfalls.runner import merge
 from pitfalls.scan import register as register_scan
@@ -138,6 +146,8 @@ def cmd_probe(args: argparse.Namespace, console: Console) -> int:
             )
             figures = probe_case(case, baseline_case=naive, applies=entry.figures, trace_path=args.trace,
                                  rounds=args.rounds)
+            if entry.own_figures is not None:
+                figures += [ProbeFigure(*figure) for figure in entry.own_figures(case)]
     except SkipCase as skip:
         print(f"unavailable: {args.family}/{args.variant} cannot run here: {skip.reason}", file=sys.stderr)
         return 2

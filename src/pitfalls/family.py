@@ -178,6 +178,9 @@ class Param:
         return self.check(value)
 
 
+# A figure of a family's own (name, value or an `Unavailable` with the reason, unit, note), as `pitfalls probe`
+# shows it beside the shared ones.
+OwnFigure = tuple[str, Any, str, str]
 Builder = Callable[[str, torch.device, bool, dict[str, Any]], Case]
 Estimator = Callable[[Mapping[str, Any]], int]
 Comparer = Callable[["Family", str, torch.device], Comparison]
@@ -205,6 +208,8 @@ class Family:
         compile_sweep: the parameter the compile benchmark sweeps inside one process to count recompiles.
         unit: what one call of a case is ("step", "call", "batch"), for units such as hazards/step.
         floor: whether the family has a floor case.
+        own_figures: the family's own figures of a built case (bytes per batch, per-rank memory...), for
+            ``pitfalls probe``; its asv module benchmarks the same figures.
     """
 
     name: str
@@ -222,6 +227,7 @@ class Family:
     compile_sweep: str | None = None
     unit: str = "call"
     floor: bool = True
+    own_figures: Callable[[Case], list[OwnFigure]] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):

@@ -69,7 +69,7 @@ from pitfalls.families.loader_data import (
     resize_mask,
     single_threaded_opencv,
 )
-from pitfalls.family import CUDA, FLOOR, NVML, SPEEDUP, TIME, Case, Comparison, Family, Param, SkipCase
+from pitfalls.family import CUDA, FLOOR, NVML, SPEEDUP, TIME, Case, Comparison, Family, OwnFigure, Param, SkipCase
 
 VARIANTS = ("naive", "offline", "ram_encoded", "ram_decoded", "uint8", "gpu_decode")
 # The steps that deliver uint8 and normalize on the device; they pin their batches on a CUDA device by default.
@@ -914,6 +914,13 @@ def compare(family: Family, variant: str, device: torch.device) -> Comparison:
     return Comparison(family.name, variant, str(device), not failed, reported, detail)
 
 
+def own_figures(case: Case) -> list[OwnFigure]:
+    """The family's own figures of a built case (samples/s, bytes per batch, memory...): see `loader_probes`."""
+    from pitfalls.families import loader_probes  # it builds on this module
+
+    return loader_probes.own_figures(case)
+
+
 FAMILY = Family(
     name="loader",
     article="001",
@@ -953,4 +960,5 @@ FAMILY = Family(
     article_sizes=({"image_size": 512, "batch": 32, "num_workers": 8, "image_format": "jpeg"},),
     figures=frozenset({TIME, SPEEDUP, CUDA, NVML}),
     unit="batch",
+    own_figures=own_figures,
 )

@@ -24,6 +24,7 @@ import torch
 from pitfalls.devices import cuda_available, resolve_device, synchronize
 from pitfalls.families.loader import FAMILY, FLOOR, BatchStep, LoaderStep, make_step, nbytes
 from pitfalls.family import SkipCase
+from pitfalls.probes.result import Unavailable
 
 _MIB = 2**20
 # How often the workers' batch counters are read while the in-flight batches settle, and how long the queues'
@@ -323,3 +324,42 @@ def batch_step(case: Any) -> BatchStep:
     if not isinstance(case.call, BatchStep):
         raise TypeError(f"{case.name} is not a loader case: its call is a {type(case.call).__name__}")
     return case.call
+
+
+MIB = 2**20
+
+
+def _or_reason(measure: Callable[[], Any]) -> Any:
+    """A figure, or `Unavailable` with the reason when it cannot be measured for this case."""
+    try:
+        return measure()
+    except SkipCase as skip:
+        return Unavailable(skip.reason)
+
+
+def own_figures(case: Any) -> list[tuple[str, Any, str, str]]:
+    """The loader family's own figures of one case, for ``pitfalls probe`` (bench_loader.py has each as a class)."""
+    variant, device, sizes = case.variant, str(case.device), dict(case.params)
+    memory = _or_reason(lambda: peak_memory(variant, device, **sizes))
+    flight = _or_reason(lambda: in_flight(variant, device, **sizes))
+    growth = _or_reason(lambda: copy_on_write(variant, device, **sizes))
+
+    def part(value: Any, read: Callable[[Any], Any]) -> Any:
+        return value if isinstance(value, Unavailable) else read(value)
+
+    formulas = part(flight, lambda f: f"DataLoader's workers x prefetch_factor x batch = {f.prefetch_bytes / MIB:.1f} "
+                                      f"MiB; the article's workers x batch = {f.article_bytes / MIB:.1f} MiB")
+    return [
+        ("samples per second", samples_per_second(batch_step(case)), "samples/s",
+         "loading, copy to the device, normalize and the model step, synchronized"),
+        ("bytes per batch", bytes_per_batch(variant, device, **sizes), "bytes", "from the tensors handed over"),
+        ("time to first batch", _or_reason(lambda: time_to_first_batch(variant, device, **sizes)), "s",
+         "a fresh loader, its workers' start included"),
+        ("peak PSS, main + workers", part(memory, lambda m: m.pss / MIB), "MiB", "a shared page counted once"),
+        ("peak USS, main + workers", part(memory, lambda m: m.uss / MIB), "MiB", "pages private to one process"),
+        ("batches in flight", part(flight, lambda f: f.batches), "batches", "made ahead of the consumer, at rest"),
+        ("bytes in flight", part(flight, lambda f: f.measured_bytes / MIB), "MiB",
+         formulas if isinstance(formulas, str) else ""),
+        ("copied per item read (copy-on-write)", part(growth, lambda g: g.per_item / 1024), "KiB/item",
+         f"storage={sizes.get('storage')}: worker USS growth over an epoch"),
+    ]

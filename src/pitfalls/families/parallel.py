@@ -70,7 +70,7 @@ from pitfalls.families.parallel_step import (
     synchronize_all,
     utilization,
 )
-from pitfalls.family import SPEEDUP, TIME, Case, Comparison, Family, Param, SkipCase
+from pitfalls.family import SPEEDUP, TIME, Case, Comparison, Family, OwnFigure, Param, SkipCase
 from pitfalls.probes.nvml import NvmlSampler
 from pitfalls.probes.result import Unavailable
 from pitfalls.probes.timing import wall_time
@@ -297,6 +297,26 @@ def compare(family: Family, variant: str, device: torch.device) -> Comparison:
     return Comparison(family.name, variant, str(device), not differing, worst, detail)
 
 
+def own_figures(case: Case) -> list[OwnFigure]:
+    """The family's own figures of a built case, for ``pitfalls probe`` (bench_parallel.Ranks has the same)."""
+    figures = measure_figures(case)
+    return [
+        ("samples per second", figures.samples_per_s, "samples/s", "the global batch over the median step"),
+        ("peak memory, rank 0", figures.rank0_memory() / 2**20, "MiB",
+         "CUDA max allocated on a GPU; USS at the end of the forward on the CPU"),
+        ("peak memory, other ranks", _mib(figures.others_memory()), "MiB", "their mean"),
+        ("memory imbalance", figures.memory_imbalance(), "x",
+         "rank 0 over the others (DataParallel: GPU 0 holds more)"),
+        ("communication per step", figures.communication_s, "s", "profiled; averaged over the processes"),
+        ("GPU busy, rank 0", figures.rank0_busy(), "%", "NVML"),
+        ("GPU busy, other ranks", figures.others_busy(), "%", "NVML: the article's \"others cool down waiting\""),
+    ]
+
+
+def _mib(value: float | Unavailable) -> float | Unavailable:
+    return value if isinstance(value, Unavailable) else value / 2**20
+
+
 FAMILY = Family(
     name="parallel",
     article="001",
@@ -321,4 +341,5 @@ FAMILY = Family(
     figures=frozenset({TIME, SPEEDUP}),
     unit="step",
     floor=False,
+    own_figures=own_figures,
 )
