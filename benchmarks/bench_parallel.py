@@ -11,7 +11,6 @@ and times steps, not process starts.
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 from pitfalls import registry
@@ -51,24 +50,14 @@ def figures_table(param_names: list[str], params: list[list[Any]]) -> dict[tuple
     """Every parameter set's `parallel.ParallelFigures`, built, measured and closed one after the other in one
     process; the reason in their place for a case that cannot run here, the error for one that failed."""
     table: dict[tuple[Any, ...], Any] = {}
-    for values in itertools.product(*params):
-        args = dict(zip(param_names, values, strict=True))
-        variant, device = args.pop("variant"), args.pop("device")
+    for values, variant, device, args in common.parameter_sets(param_names, params):
         try:
-            case = registry.family("parallel").build(variant, device=device, **args)
+            with registry.family("parallel").build(variant, device=device, **args) as case:
+                table[values] = parallel.measure_figures(case, nvml_seconds=common.NVML_WINDOW_S)
         except SkipCase as skip:
             table[values] = skip.reason
-            continue
         except RankFailed as error:  # this case fails alone; the other cases are still measured
             table[values] = error
-            continue
-        try:
-            table[values] = parallel.measure_figures(case, nvml_seconds=common.NVML_WINDOW_S)
-        except RankFailed as error:
-            table[values] = error
-        finally:
-            if case.close is not None:
-                case.close()
     return table
 
 

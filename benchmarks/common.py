@@ -342,6 +342,19 @@ def compile_figures(family: str, variant: str, device: str, sweep: list[dict[str
     )
 
 
+def parameter_sets(
+    param_names: list[str], params: list[list[Any]]
+) -> Iterator[tuple[tuple[Any, ...], str, str, dict[str, Any]]]:
+    """Every parameter set of a class, for a ``setup_cache`` that measures them all in one process.
+
+    Yields:
+        (the values as asv passes them to ``setup``, the variant, the device, the other parameters by name).
+    """
+    for values in itertools.product(*params):
+        sizes = dict(zip(param_names, values, strict=True))
+        yield values, sizes.pop("variant"), sizes.pop("device"), sizes
+
+
 def compile_table(
     family: str,
     param_names: list[str],
@@ -363,9 +376,7 @@ def compile_table(
         ``{parameter set: figures}``, with the reason in place of the figures where they cannot be measured.
     """
     table: dict[tuple[Any, ...], CompileFigures | str] = {}
-    for values in itertools.product(*params):
-        sizes = dict(zip(param_names, values, strict=True))
-        variant, device = sizes.pop("variant"), sizes.pop("device")
+    for values, variant, device, sizes in parameter_sets(param_names, params):
         sizes_sweep = [sizes] if sweep is None else [{**sizes, sweep[0]: v} for v in sweep[1]]
         try:
             table[values] = compile_figures(family, variant, device, sizes_sweep)

@@ -62,9 +62,8 @@ def test_every_variant_and_the_floor_build_a_runnable_case_at_the_smoke_size(fam
             assert variant not in (entry.baseline, entry.cases[-1]) and skip.reason, (variant, skip.reason)
             continue
         assert (case.family, case.variant, case.device.type, case.compiled) == (family, variant, "cpu", False)
-        case()
-        if case.close is not None:
-            case.close()
+        with case:
+            case()
 
 
 def test_case_builder_refuses_unknown_parameters_and_skips_what_cannot_run():

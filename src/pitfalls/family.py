@@ -298,6 +298,22 @@ class Family:
         """Estimate the peak bytes of a case from its parameters, before anything is allocated."""
         return self.estimate(self.resolve(params))
 
+    def place(self, variant: str, device: str | torch.device, params: Mapping[str, Any]) -> tuple[torch.device, dict]:
+        """Check a case's variant and parameters and find its device: what every way of building one starts with.
+
+        Returns:
+            The device and every parameter (the given ones checked, the others at their defaults).
+
+        Raises:
+            ValueError, TypeError: an unknown variant or parameter, or a value the parameter does not allow.
+            SkipCase: the device is absent.
+        """
+        self.check_case(variant)
+        resolved = self.resolve(params)
+        if str(device).startswith("cuda") and not cuda_available():
+            raise SkipCase("no CUDA device")
+        return resolve_device(device), resolved
+
     def build(self, variant: str, *, device: str = "cpu", compiled: bool = False, **params: Any) -> Case:
         """Build one case on seeded inputs.
 
@@ -315,13 +331,9 @@ class Family:
             ValueError, TypeError: an unknown variant or parameter, or a value the parameter does not allow.
             SkipCase: the device is absent or the case would not fit in its memory.
         """
-        self.check_case(variant)
-        resolved = self.resolve(params)
         if compiled and COMPILE not in self.figures:
             raise ValueError(f"compiled=True is not allowed: the {self.name} family has nothing to torch.compile")
-        if str(device).startswith("cuda") and not cuda_available():
-            raise SkipCase("no CUDA device")
-        where = resolve_device(device)
+        where, resolved = self.place(variant, device, params)
         ok, reason = fits(where, self.estimate(resolved))
         if not ok:
             raise SkipCase(reason)

@@ -19,6 +19,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 from pitfalls._checks import check_choice
+from pitfalls._import import file_module
 from pitfalls.families import loader, loss, parallel, sampler
 from pitfalls.family import Family
 
@@ -40,11 +41,11 @@ def _load_target(target: str) -> object:
         path = Path(location).expanduser().resolve()
         if not path.is_file():
             raise FamilyLoadError(f"{FAMILIES_ENV} entry {target!r}: no such file {path}")
-        spec = importlib.util.spec_from_file_location(f"pitfalls_user_family_{path.stem}", path)
-        if spec is None or spec.loader is None:
+        loaded = file_module(path, "pitfalls_user_family_")
+        if loaded is None:
             raise FamilyLoadError(f"{FAMILIES_ENV} entry {target!r}: {path} cannot be imported")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module, run = loaded
+        run()
     else:
         module = importlib.import_module(location)
     try:

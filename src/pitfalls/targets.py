@@ -14,13 +14,13 @@ import importlib
 import importlib.util
 import inspect
 import re
-import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType, TracebackType
 
+from pitfalls._import import file_module
 from pitfalls.probes.sites import is_user_file
 
 __all__ = ["ScannedCodeError", "Target", "TargetError", "call_scanned", "load_target", "scanned_traceback"]
@@ -97,16 +97,11 @@ def _load_file(text: str, location: str) -> ModuleType:
     if not path.is_file():
         what = "is a folder, not a file" if path.is_dir() else "does not exist"
         raise TargetError(f"TARGET {text!r}: {location} {what}")
-    path = path.resolve()
-    name = "pitfalls_scan_target_" + re.sub(r"\W", "_", path.stem)
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
+    loaded = file_module(path.resolve(), "pitfalls_scan_target_")
+    if loaded is None:
         raise TargetError(f"TARGET {text!r}: {location} cannot be loaded as Python (a .py file is needed)")
-    module = importlib.util.module_from_spec(spec)
-    # Registered before it runs, as an import would: dataclasses and pickle look their module up by name.
-    sys.modules[name] = module
-    loader = spec.loader
-    call_scanned(text, f"loading {location}", lambda: loader.exec_module(module))
+    module, run = loaded
+    call_scanned(text, f"loading {location}", run)
     return module
 
 

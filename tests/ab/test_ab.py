@@ -42,12 +42,6 @@ def shape_of(output):
     return spec, [getattr(leaf, "dtype", type(leaf)) for leaf in leaves]
 
 
-def closing(case):
-    """Release what a case holds beyond memory (a loader's worker processes) when the test is done with it."""
-    if case.close is not None:
-        case.close()
-
-
 @pytest.mark.parametrize(("family", "variant", "sizes", "device"), CASES)
 def test_ab(benchmark, family, variant, sizes, device):
     entry = all_families()[family]
@@ -67,19 +61,14 @@ def test_ab(benchmark, family, variant, sizes, device):
         synchronize(case.device)
         return output
 
-    try:
+    with case:  # a loader's workers, a ddp case's ranks: released when the test is done with the case
         one_call()  # warm-up outside the timed rounds (allocator, lazy init)
         calls = 0
         output = benchmark(one_call)
-    finally:
-        closing(case)
     if benchmark.disabled:
         assert calls == 1
     else:
         assert calls >= benchmark.stats.stats.rounds
-    naive_case = entry.build(entry.baseline, device=device, **sizes)
-    try:
+    with entry.build(entry.baseline, device=device, **sizes) as naive_case:
         naive = naive_case()
-    finally:
-        closing(naive_case)
     assert shape_of(output) == shape_of(naive)

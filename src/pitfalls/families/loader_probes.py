@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 import torch
 
-from pitfalls.devices import cuda_available, resolve_device, synchronize
+from pitfalls.devices import synchronize
 from pitfalls.families.loader import FAMILY, FLOOR, BatchStep, LoaderStep, make_step, nbytes
 from pitfalls.family import SkipCase
 from pitfalls.probes.result import Unavailable
@@ -35,10 +35,7 @@ HAND_OVER_S = 0.25
 
 def case_params(variant: str, device: str, sizes: Mapping[str, Any]) -> tuple[torch.device, dict[str, Any]]:
     """Resolve a benchmark's or a caller's arguments: the device (SkipCase if absent) and every parameter."""
-    FAMILY.check_case(variant)
-    if str(device).startswith("cuda") and not cuda_available():
-        raise SkipCase("no CUDA device")
-    return resolve_device(device), FAMILY.resolve(sizes)
+    return FAMILY.place(variant, device, sizes)
 
 
 @dataclass(frozen=True)
