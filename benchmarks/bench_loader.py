@@ -3,21 +3,71 @@
 The shared figures (benchmarks/common.py) made for the loader family from its entry (pitfalls.families.loader):
 ``Batch`` (time_batch, peakmem_batch), ``Speedup``, ``Cuda`` (real syncs per batch: an unpinned copy waits) and
 ``Nvml`` (a device starved by its loader shows as idle). The loader's own figures follow, each delegating to
-pitfalls.families.loader_probes: samples/s, bytes per batch, time to first batch, PSS and USS of the main process
-plus its workers, batches and bytes in flight, and copy-on-write growth of the workers per item read. Each sweeps
+pitfalls.families.loader.probes: samples/s, bytes per batch, time to first batch, PSS and USS of the main process
+plus its workers, batches and bytes in flight, copy-on-write growth of the workers per item read, the verdict (wait
+share in next(), the step cost below which the loader starves the device) and epoch starts. Each sweeps
 the family's variants and floor over its grid; a figure that does not apply to a case (no workers, no room, more
 workers than cores for the timed figures) is n/a with the reason.
 """
 
+import itertools
 from typing import Any
 
-from pitfalls.families import loader_probes as probes
+# torch.optim's constructors import torch._dynamo on first use: 1.7 s (7 s at load 10) in every process that builds
+# a case. asv imports the benchmark modules once in its forkserver and forks each case from it, so importing it
+# here pays that once per run instead of once per case (about 140 cases on the quick grid).
+import torch._dynamo  # noqa: F401
+
+from pitfalls.families.loader import epochs, metadata, probes, steady, verdict
+from pitfalls.families.loader.tables import case_table
 
 from . import common
 
-globals().update(common.family_classes("loader", __name__, time=("Batch", "batch")))
+_SHARED = common.family_classes("loader", __name__, time=("Batch", "batch"))
+globals().update(_SHARED)
+
+
+def _with_workers(cls: Any) -> list[tuple[Any, ...]]:
+    """Every parameter set of ``cls`` with num_workers > 0."""
+    at = cls.param_names.index("num_workers")
+    return [values for values in itertools.product(*cls.params) if values[at] > 0]
+
+
+# asv's peakmem is the benchmark process's own maximum RSS: with workers that is the parent alone, not the loader.
+# Those cases are n/a (skipped before setup, so no loader starts for nothing); the whole group's peak during the
+# run is ``Memory.track_pss`` and ``Memory.track_uss``. A new version: the series restarts without those cases.
+Batch.peakmem_batch.skip_params = _with_workers(Batch)  # type: ignore[name-defined]  # noqa: F821
+Batch.peakmem_batch.version = "loader-peakmem-2"  # type: ignore[name-defined]  # noqa: F821
 
 MIB = 2**20
+# The figures timed at steady state since this version (the batches made in advance discarded, ten times as many
+# timed, one case live at a time): their series restart here.
+STEADY_STATE = "steady-state-1"
+
+
+# asv runs ``setup`` before every sample (asv-runner >= 0.3), so each sample is one batch timed right after its own
+# settle (a fresh start, the prefilled batches discarded): a few samples suffice on the quick grid, where 60 of them
+# (60 worker starts a case) took most of the loader's time.
+BATCH_REPEAT = {"quick": (10, 20, 2.0), "full": (steady.TIMED_PER_PREFILLED * steady.prefilled(2, 2), 200, 10.0)}
+
+
+class Batch(_SHARED["Batch"]):  # type: ignore[misc,valid-type]
+    """Time of one batch at steady state: before every sample asv takes (``setup``), the case is started afresh
+    and the batches its workers could make in advance are discarded; the sample is the next batch."""
+
+    repeat = BATCH_REPEAT[common.GRID.name]
+    time_batch = common._method_copy(_SHARED["Batch"].time_batch, "time_batch", version=STEADY_STATE)
+
+    def setup(self, *params: Any) -> None:
+        super().setup(*params)
+        steady.settle(probes.batch_step(self.case))
+
+
+class Speedup(_SHARED["Speedup"]):  # type: ignore[misc,valid-type]
+    """Speedup over naive at steady state, by blocks (`Case.block`: one case live at a time, see
+    `pitfalls.families.loader.steady`), through the shared routine (benchmarks/common.py ``speedup``)."""
+
+    track_speedup = common._method_copy(_SHARED["Speedup"].track_speedup, "track_speedup", version=STEADY_STATE)
 
 
 class _Loader(common._FamilyBenchmark):
@@ -30,8 +80,8 @@ class _Loader(common._FamilyBenchmark):
 
 
 class Throughput(_Loader):
-    """Samples per second of a warmed-up case: loading, the copy to the device, the device-side normalize and
-    the model step, synchronized."""
+    """Samples per second at steady state (`pitfalls.families.loader.steady`): loading, the copy to the device,
+    the device-side normalize and the model step, synchronized."""
 
     units = {"track_samples_per_second": "samples/s"}
 
@@ -40,6 +90,8 @@ class Throughput(_Loader):
 
     def track_samples_per_second(self, *params: Any) -> float:
         return probes.samples_per_second(self.step)
+
+    track_samples_per_second.version = STEADY_STATE  # type: ignore[attr-defined]
 
 
 class BatchBytes(_Loader):
@@ -68,8 +120,9 @@ class FirstBatch(_Loader):
 
 
 class Memory(_Loader):
-    """Peak PSS and USS of the main process plus its workers while a fresh loader delivers an epoch (PSS counts a
-    shared page once; RSS would count it once per process). Cases with more workers than cores are measured."""
+    """Peak PSS and USS of the whole loader group (the main process and every worker, sampled every 15 ms in the
+    background, collation included) while a fresh loader delivers an epoch (PSS counts a shared page once; RSS
+    would count it once per process). Cases with more workers than cores are measured."""
 
     units = {"track_pss": "MiB", "track_uss": "MiB"}
 
@@ -77,10 +130,10 @@ class Memory(_Loader):
         self.memory = self.measure(probes.peak_memory, params)
 
     def track_pss(self, *params: Any) -> float:
-        return self.memory.pss / MIB
+        return self.memory.peak_pss / MIB
 
     def track_uss(self, *params: Any) -> float:
-        return self.memory.uss / MIB
+        return self.memory.peak_uss / MIB
 
 
 class InFlight(_Loader):
@@ -96,7 +149,7 @@ class InFlight(_Loader):
         return self.flight.batches
 
     def track_bytes_in_flight(self, *params: Any) -> float:
-        return self.flight.measured_bytes / MIB
+        return common.figure(self.flight.measured_bytes) / MIB
 
 
 class CopyOnWrite(_Loader):
@@ -110,4 +163,94 @@ class CopyOnWrite(_Loader):
         self.growth = self.measure(probes.copy_on_write, params)
 
     def track_copied_per_item(self, *params: Any) -> float:
-        return self.growth.per_item / 1024
+        return common.figure(self.growth.per_item) / 1024
+
+
+class Metadata:
+    """PyTorch issue 13246: per-item records (path, size, an annotation dict) held as a Python list of objects
+    against numpy arrays, read by forked workers over one full epoch. Each worker's USS growth from its start
+    (the pages of the table it copied), and the whole group's USS and PSS (main process plus workers) at the
+    epoch's end; the table's own size to read them against. Measured once per parameter set, in one process."""
+
+    # Its axes are the records' form and size, not the family's cases.
+    own_axes = True
+    param_names = ["metadata", "num_workers", "items"]
+    params = [list(metadata.RECORD_FORMS), *map(list, metadata.GRIDS[common.GRID.name].values())]
+    timeout = 1800
+
+    def setup_cache(self) -> dict[tuple[Any, ...], Any]:
+        return metadata.memory_table(self.param_names, self.params)
+
+    def setup(self, table: dict[tuple[Any, ...], Any], *params: Any) -> None:
+        self.memory = table[tuple(params)]
+        if isinstance(self.memory, str):
+            common.skip(self.memory)
+
+    def track_worker_growth(self, table: Any, *params: Any) -> float:
+        return metadata.mib(self.memory.growth) / len(self.memory.growth)
+
+    def track_group_uss(self, table: Any, *params: Any) -> float:
+        return metadata.mib(self.memory.group_uss)
+
+    def track_group_pss(self, table: Any, *params: Any) -> float:
+        return metadata.mib(self.memory.group_pss)
+
+    def track_table(self, table: Any, *params: Any) -> float:
+        return metadata.mib(self.memory.dataset_bytes)
+
+
+for _name in ("track_worker_growth", "track_group_uss", "track_group_pss", "track_table"):
+    getattr(Metadata, _name).unit = "MiB"
+
+
+class Verdict(_Loader):
+    """Is the loader the bottleneck? The share of each batch the step waits in ``next()`` at steady state, and the
+    step cost below which the loader starves the device (wait share above `verdict.WAIT_THRESHOLD`), with a step
+    of ``model_ms`` planted milliseconds more than the model step (`pitfalls.families.loader.verdict`). Every case
+    is measured once, alone, in one process (``setup_cache``), and both figures read that run."""
+
+    units = {"track_wait_share": "share", "track_starves_below": "ms"}
+    timeout = 1800
+
+    def setup_cache(self) -> dict[tuple[Any, ...], Any]:
+        return case_table(verdict.verdict, self.param_names, self.params)
+
+    def setup(self, table: dict[tuple[Any, ...], Any], *params: Any) -> None:
+        self.verdict = table[tuple(params)]
+        if isinstance(self.verdict, str):
+            common.skip(self.verdict)
+
+    def track_wait_share(self, table: Any, *params: Any) -> float:
+        return self.verdict.wait_share
+
+    def track_starves_below(self, table: Any, *params: Any) -> float:
+        return common.figure(self.verdict.starves_below_s) * 1e3
+
+
+# Its own axis, after the family's: the planted step cost.
+Verdict.own_axes = ("model_ms",)
+Verdict.param_names = [*Verdict.param_names, "model_ms"]
+Verdict.params = [*Verdict.params, list(verdict.MODEL_MS[common.GRID.name])]
+
+
+class EpochStart(_Loader):
+    """Seconds to the first batch of an epoch after a whole epoch, persistent_workers off (new workers) and on (the
+    same workers), both by one routine (`pitfalls.families.loader.epochs`); n/a without workers for "on". Every
+    case is measured once, in one process (``setup_cache``)."""
+
+    units = {"track_epoch_start_fresh": "seconds", "track_epoch_start_persistent": "seconds"}
+    timeout = 1800
+
+    def setup_cache(self) -> dict[tuple[Any, ...], Any]:
+        return case_table(epochs.epoch_starts, self.param_names, self.params)
+
+    def setup(self, table: dict[tuple[Any, ...], Any], *params: Any) -> None:
+        self.starts = table[tuple(params)]
+        if isinstance(self.starts, str):
+            common.skip(self.starts)
+
+    def track_epoch_start_fresh(self, table: Any, *params: Any) -> float:
+        return self.starts.fresh
+
+    def track_epoch_start_persistent(self, table: Any, *params: Any) -> float:
+        return common.figure(self.starts.persistent)

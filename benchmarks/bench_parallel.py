@@ -1,12 +1,14 @@
 """Article 001, multi-GPU training: one SGD step of the toy segmentation net on the same global batch, as
-``single`` (one device), ``data_parallel``, ``data_parallel_loss_inside`` and ``ddp`` (torchrun's ranks).
+``single`` (one device), ``data_parallel``, ``data_parallel_loss_inside`` and ``ddp`` (ranks kept alive).
 
-The shared figures (benchmarks/common.py) made from the family's entry (pitfalls.families.parallel): ``Step``
-(time_step; peakmem_step for the variants that run in this process) and ``Speedup`` over ``single``. The family's
-own figures are in ``Ranks``, measured once per case in one process (its ``setup_cache``): samples/s, peak memory
-of rank 0 and of the others and their ratio, communication time per step, NVML busy % of rank 0's GPU and of the
-others. A ddp case starts its ranks in ``setup`` (torchrun, fresh interpreters: nothing forked from this process)
-and times steps, not process starts.
+Every time here comes from one routine (`pitfalls.distributed.time_steps`): each process times N synchronized
+steps after a barrier and the step is the slowest process's median, for every variant; a ddp rank times its own
+steps, so no control round trip is timed. ``Step.track_step_time`` is that time, ``Speedup.track_speedup`` the
+ratio of such blocks timed A B A B, and ``Ranks`` the family's own figures, measured once per case in one process
+(its ``setup_cache``): samples/s (from the same routine), peak memory of rank 0 and of the others and their
+ratio, communication per step (in flight, from the profiler; exposed, the step minus the same step under
+``no_sync()``), NVML busy % of rank 0's GPU and of the others. A figure that fails reads n/a
+with the error; the others are still measured.
 """
 
 from __future__ import annotations
@@ -15,29 +17,49 @@ from typing import Any
 
 from pitfalls import registry
 from pitfalls.families import parallel
-from pitfalls.families.parallel_launch import RankFailed
 from pitfalls.family import SkipCase
 from pitfalls.probes import Unavailable
 
 from . import common
 
 _shared = common.family_classes("parallel", __name__, time=("Step", "step"))
-globals().update(_shared)
+globals().update({name: cls for name, cls in _shared.items() if name not in ("Step", "Speedup")})
 
-
-# asv's default of 60 s per benchmark process is short for a ddp case on a busy machine: setup starts torchrun and
-# its ranks (6 to 10 s on 2 cores), and the speedup runs single's and ddp's steps in turn.
+# Timeouts nest: a rank command (pitfalls.distributed.launch.STEP_TIMEOUT_S, 120 s) < the ranks' process group
+# (240 s) < asv's benchmark timeout, so a hang ends as RankFailed with the hung rank's stack, not as asv's kill.
 TIMEOUT_S = 600
+# The series of these methods restarted when their method changed (timed inside the ranks, one routine for every
+# variant; memory estimated per device; figures n/a one by one).
+VERSION = "parallel-in-rank-steps-1"
+# Steps per block of the speedup (A B A B, 5 block pairs): fewer than the figures' 10, to keep the family's share
+# of the quick grid near its 2.5 minutes; the same routine.
+SPEEDUP_STEPS = 5
+# Series that ended with that change: a ddp "step" timed as a control round trip is not measured any more.
+RETIRED = ("bench_parallel.Step.time_step",)
 
 
-class Step(_shared["Step"]):  # type: ignore[misc,valid-type]
-    __doc__ = _shared["Step"].__doc__
+class Step(common._FamilyBenchmark):
+    """Seconds per step: every process times `parallel.FIGURE_STEPS` steps after a barrier; the slowest process's
+    median (ddp: in the ranks; the other variants: in this process, with the same routine). Host peak memory of a
+    step for the variants that run in this process."""
+
+    family = "parallel"
+    mode_axis = False
     timeout = TIMEOUT_S
+    units = {"track_step_time": "seconds"}
+
+    def setup(self, *params: Any) -> None:
+        self.case = self.build(params)
+
+    def track_step_time(self, *params: Any) -> float:
+        return common.figure(parallel.figure(lambda: self.case.block(parallel.FIGURE_STEPS)))
 
     def peakmem_step(self, *params: Any) -> None:
         # asv reads this process's peak RSS; a ddp step's memory is in its ranks (Ranks.track_peak_memory_*).
         if self.case.variant == parallel.DDP:
             common.figure(Unavailable("the step runs in the rank processes; see Ranks.track_peak_memory_rank0"))
+        if self.case.variant in (parallel.DATA_PARALLEL, parallel.DATA_PARALLEL_LOSS_INSIDE):
+            common.figure(Unavailable("host memory says nothing of GPU 0's; see Ranks.track_peak_memory_rank0"))
         common.step(self.case)
 
 
@@ -45,10 +67,14 @@ class Speedup(_shared["Speedup"]):  # type: ignore[misc,valid-type]
     __doc__ = _shared["Speedup"].__doc__
     timeout = TIMEOUT_S
 
+    def track_speedup(self, *params: Any) -> float:
+        return common.speedup(self.naive, self.case, units=SPEEDUP_STEPS)
+
 
 def figures_table(param_names: list[str], params: list[list[Any]]) -> dict[tuple[Any, ...], Any]:
     """Every parameter set's `parallel.ParallelFigures`, built, measured and closed one after the other in one
-    process; the reason in their place for a case that cannot run here, the error for one that failed."""
+    process; the reason in its place for a case that cannot run here. A figure that fails is n/a in its
+    `parallel.ParallelFigures` (`parallel.figure`); a case whose ranks do not start reads n/a for every figure."""
     table: dict[tuple[Any, ...], Any] = {}
     for values, variant, device, args in common.parameter_sets(param_names, params):
         try:
@@ -56,8 +82,8 @@ def figures_table(param_names: list[str], params: list[list[Any]]) -> dict[tuple
                 table[values] = parallel.measure_figures(case, nvml_seconds=common.NVML_WINDOW_S)
         except SkipCase as skip:
             table[values] = skip.reason
-        except RankFailed as error:  # this case fails alone; the other cases are still measured
-            table[values] = error
+        except parallel.RankFailed as error:  # this case fails alone; the other cases are still measured
+            table[values] = f"the ranks failed to start: {str(error).splitlines()[0]}"
     return table
 
 
@@ -75,6 +101,7 @@ class Ranks(common._FamilyBenchmark):
         "track_peak_memory_others": "bytes",
         "track_memory_imbalance": "x",
         "track_communication": "seconds",
+        "track_exposed_communication": "seconds",
         "track_busy_rank0": "%",
         "track_busy_others": "%",
     }
@@ -86,15 +113,13 @@ class Ranks(common._FamilyBenchmark):
         figures = table[tuple(params)]
         if isinstance(figures, str):
             common.skip(figures)
-        if isinstance(figures, Exception):
-            raise figures
         self.figures: parallel.ParallelFigures = figures
 
     def track_samples_per_second(self, table: Any, *params: Any) -> float:
-        return self.figures.samples_per_s
+        return common.figure(self.figures.samples_per_s)
 
-    def track_peak_memory_rank0(self, table: Any, *params: Any) -> int:
-        return self.figures.rank0_memory()
+    def track_peak_memory_rank0(self, table: Any, *params: Any) -> float:
+        return common.figure(self.figures.rank0_memory())
 
     def track_peak_memory_others(self, table: Any, *params: Any) -> float:
         return common.figure(self.figures.others_memory())
@@ -105,8 +130,21 @@ class Ranks(common._FamilyBenchmark):
     def track_communication(self, table: Any, *params: Any) -> float:
         return common.figure(self.figures.communication_s)
 
+    def track_exposed_communication(self, table: Any, *params: Any) -> float:
+        return common.figure(self.figures.exposed_communication_s)
+
     def track_busy_rank0(self, table: Any, *params: Any) -> float:
         return common.figure(self.figures.rank0_busy())
 
     def track_busy_others(self, table: Any, *params: Any) -> float:
         return common.figure(self.figures.others_busy())
+
+
+def _restart_series() -> None:
+    for cls in (Step, Speedup, Ranks):
+        for name in dir(cls):
+            if name.startswith(("track_", "peakmem_", "time_")):
+                setattr(cls, name, common._method_copy(getattr(cls, name), name, version=VERSION))
+
+
+_restart_series()

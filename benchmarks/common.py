@@ -22,12 +22,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import json
 import os
 import sys
 import time
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
@@ -41,6 +43,7 @@ from pitfalls.probes import (
     NvmlSampler,
     NvmlSummary,
     Unavailable,
+    blocked_speedup,
     compile_failure_reason,
     compile_probe,
     count_cuda_syncs,
@@ -65,12 +68,14 @@ class Grid:
         rounds: asv ``rounds`` of time_ benchmarks (each round is a fresh process).
         repeat: asv ``repeat`` of time_ benchmarks: (min samples, max samples, max seconds) per round.
         speedup_rounds: A/B rounds of the interleaved speedup.
+        speedup_blocks: A/B block pairs of the speedup of cases with workers, queues or ranks (`Case.block`).
     """
 
     name: str
     rounds: int
     repeat: tuple[int, int, float]
     speedup_rounds: int
+    speedup_blocks: int = 5
 
 
 GRIDS = {
@@ -202,8 +207,14 @@ def step(c: Case) -> None:
     synchronize(c.device)
 
 
-def speedup(baseline: Case, candidate: Case) -> float:
-    """Speedup of ``candidate`` over ``baseline``, timed A B A B in one process (median of per-round ratios)."""
+def speedup(baseline: Case, candidate: Case, *, units: int = 1) -> float:
+    """Speedup of ``candidate`` over ``baseline``, timed A B A B in one process (median of per-round ratios).
+
+    Cases with workers, queues or ranks (a ``block``) are compared by steady-state blocks, one case live at a
+    time (``units`` calls per block); the others call by call.
+    """
+    if baseline.block is not None and candidate.block is not None:
+        return blocked_speedup(baseline.block, candidate.block, blocks=GRID.speedup_blocks, units=units).ratio
     result = interleaved_speedup(
         baseline,
         candidate,
@@ -401,33 +412,11 @@ def compiled_figures(table: dict[tuple[Any, ...], CompileFigures | str], params:
 
 # asv keeps a benchmark's results only while its ``version`` is unchanged; by default the version is a hash of the
 # benchmark's source. Moving the benchmarks onto the bases below changed that source, not what is measured, so
-# these benchmarks keep the versions their history in results/ carries. Delete an entry when what that benchmark
-# measures changes: its series then starts again, as asv intends.
-SERIES_VERSIONS = {
-    "bench_loss.Compile.track_compile_seconds": "924bb271c4c26ec791ad63c6e3bfb28de36e71144af1341130c9120709357561",
-    "bench_loss.Compile.track_graph_breaks": "ae15df2e47b90a69ad4e61cebc0a051ce1c8e69c1363233e0c52258c7468b2d3",
-    "bench_loss.Cuda.track_cuda_peak_memory": "4936fce8024483ac9111c09baa1812705b37c04bd0a40d49d0df63563d181f48",
-    "bench_loss.Cuda.track_cuda_syncs": "629f87d51eae6e7178f35c663582b7ff641f15ec1f04f475dfb44ecb5e8f6abb",
-    "bench_loss.Nvml.track_gpu_busy": "476213509ae8066e2b035b8314178dc9acd8c643f73360b7dca1e3d878867b1d",
-    "bench_loss.Nvml.track_gpu_memory": "e56af61e7b4fe7ed69e3afc229d33b432c82b9c383aa6caeb36d9231bca74b69",
-    "bench_loss.Nvml.track_gpu_power": "f879e48ef3746f24b20a6d14f37d6b3cd1c2c200bb5d8b6df0c69501ed204eae",
-    "bench_loss.Speedup.track_speedup": "22e502337874e80e26509ca4287ef1a4bdf9624b6ac7646d007e507c9080ab32",
-    "bench_loss.Step.peakmem_step": "ca282d964f83db933965a80657dfc91905ba7a45228e447dcd1b08f723625ab9",
-    "bench_loss.Step.time_step": "00f6840fece98cefbee5cc4c7ff13693eddc388b881031824823b071e00bf82a",
-    "bench_loss.SyncHazards.track_sync_hazards": "34fcd6b8f767828d3d3dd5340bb60e433bcc760cea7e906dbab7fe416320b032",
-    "bench_sampler.Compile.track_compile_seconds": "7e430a98687a89bb5217daacd7726f9aa9c3e39ea0b7a1c31bccc4d11eff8eae",
-    "bench_sampler.Compile.track_graph_breaks": "319a9f748655e75164ba9ccaf388cde029ea3b11321c233464b24f560bfb8a42",
-    "bench_sampler.Compile.track_recompiles": "b741136eed6206f6db7c35706ffa6679fc713b601b93f704bd5a145118ffc484",
-    "bench_sampler.Cuda.track_cuda_peak_memory": "a91e1dd84df8384cfdc682a1ab64dfd03eda622882cef573a703676a702a4bf9",
-    "bench_sampler.Cuda.track_cuda_syncs": "519c7479e47023e87baf35dc9bb6d539a54f099a4f90bb51290f9cca22b356ca",
-    "bench_sampler.Nvml.track_gpu_busy": "ba81a6da0c14c7404df448629c2f52adb3136930702a465bd1ce9b7016b9cfc1",
-    "bench_sampler.Nvml.track_gpu_memory": "6a80fda26db8179d5f8e2a70d531c5c9e83146b9a0ca6825f6374649d9505c8d",
-    "bench_sampler.Nvml.track_gpu_power": "4f5c62ecba64d5e262f5bf8b7ca303db2e896b384d7018cd659d222391c0c06c",
-    "bench_sampler.Sample.peakmem_sample": "079217a31a5fc6e7a688537ac1e641431ccf398b14e36cfd45c7392ac5ec61eb",
-    "bench_sampler.Sample.time_sample": "2268f9b8acce94625546440b265de45fef1f1114f846f4c8f225804f7b40fef4",
-    "bench_sampler.Speedup.track_speedup": "d6149b3c843c16156e3acc3f2378c00380ec6bf731b5d1a5cd0458d8a04d87ba",
-    "bench_sampler.SyncHazards.track_sync_hazards": "f5be34f4135e32c5d1b1fa3161c9dc8d9b180c6506fd7116f064a716cc4e7783",
-}
+# these benchmarks keep the versions their history in results/ carries (benchmarks/series.json). Each pin holds
+# only with the method hash recorded next to it (pitfalls.series_guard; tests/test_series_guard.py checks it):
+# when what a benchmark measures changes, `scripts/series restart` gives it a new version and its series restarts.
+SERIES_VERSIONS = {name: pin["version"] for name, pin in
+                   json.loads((Path(__file__).parent / "series.json").read_text()).items()}
 
 
 def _method_copy(function: Any, name: str, **attributes: Any) -> Any:
@@ -686,4 +675,57 @@ def plugin_classes(module: str) -> dict[str, type]:
         prefix = "".join(part.capitalize() for part in entry.name.replace("-", "_").split("_"))
         classes.update(family_classes(entry.name, module, time=(f"{prefix}Time", "call"), prefix=prefix,
                                       compile_cache=False))
+    return classes
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The calibration table over commits: each check of `pitfalls calibrate` is a parameter, its error the value.
+
+
+def calibration_error(check: str) -> float:
+    """The error of one calibration check measured here, as `pitfalls calibrate` judges it; skips (from setup) with
+    the reason where the check cannot run (a CUDA check without a CUDA device), so it is n/a and never 0."""
+    from pitfalls.calibration import published
+
+    error = published.measured_error(check, "cuda" if cuda_available() else "cpu")
+    if isinstance(error, Unavailable):
+        skip(error.reason)
+    return error
+
+
+class _CalibrationError:
+    """A calibration check's error (`pitfalls calibrate`'s ``error`` column), whatever its verdict: relative to
+    the planted value, or in the check's unit where its tolerance is absolute. One process per check."""
+
+    own_axes = True  # the axis is the calibration checks, not the family's cases
+    param_names = ["check"]
+    timeout = 600
+
+    def setup(self, check: str) -> None:
+        self.error = calibration_error(check)
+
+    def track_error(self, check: str) -> float:
+        return self.error
+
+
+def calibration_error_classes(module: str) -> dict[str, type]:
+    """The calibration error classes, by name, for the module's namespace: one per unit of error, whose ``check``
+    axis is every check of `pitfalls.calibration.run.all_checks` with an error in that unit.
+
+    Args:
+        module: the ``__name__`` of the module the classes belong to.
+
+    Returns:
+        ``{"Error": class, "ErrorInPercent": class, ...}``.
+    """
+    from pitfalls.calibration import published
+    from pitfalls.calibration.run import all_checks
+
+    classes: dict[str, type] = {}
+    for unit, names in published.checks_by_error_unit(all_checks()).items():
+        name = published.error_class_name(unit)
+        method = _method_copy(_CalibrationError.track_error, published.ERROR_METHOD, unit=unit)
+        classes[name] = type(name, (_CalibrationError,), {
+            "params": [names], published.ERROR_METHOD: method, "__module__": module, "__qualname__": name,
+            "__doc__": f"{(_CalibrationError.__doc__ or '').strip()}\n\nThe checks whose error is in {unit!r}."})
     return classes

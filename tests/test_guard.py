@@ -124,3 +124,18 @@ def test_the_fixture_comes_from_the_pitfalls_entry_point(pytester):
     result = pytester.runpytest_subprocess("-p", "no:pitfalls", "-p", "no:cacheprovider")
     result.assert_outcomes(errors=2)
     result.stdout.fnmatch_lines(["*fixture 'sync_hazards' not found*"])
+
+
+def _rows(mask: torch.Tensor) -> torch.Tensor:
+    return mask.nonzero()
+
+
+def test_the_guard_names_the_call_sites_of_a_shared_helper() -> None:
+    x = torch.randn(16)
+    with pytest.raises(pitfalls.SyncHazardError) as raised:
+        with pitfalls.no_sync_hazards():
+            _rows(x > 0)
+            _rows(x < 0)
+    message = str(raised.value)
+    assert "called from" in message
+    assert "_rows(x > 0)" in message and "_rows(x < 0)" in message

@@ -19,8 +19,9 @@ import pytest
 import torch
 
 from pitfalls import cli, registry
-from pitfalls.families import loader, loader_probes
-from pitfalls.families.loader_data import (
+from pitfalls.families import loader
+from pitfalls.families.loader import probes as loader_probes
+from pitfalls.families.loader.data import (
     CACHE_ENV,
     DataSpec,
     ItemReadError,
@@ -66,11 +67,14 @@ def children_alive(pids):
 
 
 def test_the_entry_is_a_ladder_with_the_articles_sizes_and_nothing_to_compile():
-    assert FAMILY.variants == ("naive", "offline", "ram_encoded", "ram_decoded", "uint8", "gpu_decode")
+    assert FAMILY.variants == ("naive", "offline", "ram_encoded", "ram_decoded", "uint8", "host_decode",
+                               "gpu_decode")
     assert FAMILY.cases[-1] == "floor" and FAMILY.unit == "batch"
     assert COMPILE not in FAMILY.figures and HAZARDS not in FAMILY.figures
-    full = FAMILY.axes("full")
-    assert full["image_size"] == (128, 256, 512) and full["batch"] == (32,) and 8 in full["num_workers"]
+    full, quick = FAMILY.axes("full"), FAMILY.axes("quick")
+    # The article's sizes, and the quick grid's small ones, so that every quick series is also a full one.
+    assert full["image_size"] == quick["image_size"] + (128, 256, 512)
+    assert full["batch"] == quick["batch"] + (32,) and 8 in full["num_workers"]
     assert set(full["image_format"]) == {"png", "jpeg"} and set(full["storage"]) == {"list", "packed"}
     with pytest.raises(ValueError, match="nothing to torch.compile"):
         FAMILY.build("naive", compiled=True, **FAMILY.smoke)
@@ -108,13 +112,10 @@ def test_what_cannot_run_here_is_a_skip_with_the_reason(data_cache):
         FAMILY.build("naive", **{**FAMILY.smoke, "storage": "packed"})
 
 
-def test_pinning_follows_the_ladder_unless_asked():
+def test_pinning_is_an_axis_no_rung_switches():
     cuda, resolved = torch.device("cuda"), params()
-    assert [loader.pinned(v, cuda, resolved) for v in ("naive", "ram_decoded", "uint8", "gpu_decode", "floor")] == [
-        False, False, True, True, True]
-    assert not any(loader.pinned(v, CPU, resolved) for v in FAMILY.cases)
-    assert loader.pinned("naive", cuda, {**resolved, "pin_memory": True})
-    assert not loader.pinned("uint8", cuda, {**resolved, "pin_memory": False})
+    assert not any(loader.pinned(v, cuda, resolved) for v in FAMILY.cases)
+    assert all(loader.pinned(v, cuda, {**resolved, "pin_memory": True}) for v in FAMILY.cases)
 
 
 # --- the data -------------------------------------------------------------------------------------------------
@@ -165,14 +166,17 @@ def test_one_batch_reproduces_the_articles_byte_table_from_its_tensors(data_cach
     assert images.nbytes == 512 * 512 * 3 * 4 * 32 == 100_663_296
     assert masks.nbytes == 512 * 512 * 1 * 8 * 32 == 67_108_864
     assert loader.nbytes((images, masks)) == loader.batch_bytes("naive", 32, 512) == 167_772_160
+    one_batch = images.nbytes + masks.nbytes
     host.close()
     compact = loader_probes.batch_step(FAMILY.build("uint8", **sizes))
     small = compact.next_batch()
     assert [t.dtype for t in small] == [torch.uint8, torch.uint8]
     assert loader.nbytes(small) == loader.batch_bytes("uint8", 32, 512) == 33_554_432
-    assert 167_772_160 / 33_554_432 == 5
-    # The article's arithmetic for its 8 workers, one batch each: 1,342,177,280 bytes ("1,336 Mb").
-    assert 8 * 167_772_160 == 1_342_177_280
+    assert one_batch / (small[0].nbytes + small[1].nbytes) == 5
+    # The article's arithmetic for its 8 workers, one batch each, from the batch's tensors: 1,342,177,280 bytes
+    # ("1,336 Mb"); DataLoader's prefetch_factor 2 holds twice that.
+    assert 8 * one_batch == 1_342_177_280
+    assert 8 * 2 * one_batch == 2_684_354_560
     compact.close()
 
 
@@ -253,15 +257,20 @@ def test_gpu_decode_says_what_it_needs_where_it_cannot_run():
 
 def test_the_gate_passes_every_variant_and_names_what_it_could_not_run(data_cache):
     rows = {variant: FAMILY.compare(variant) for variant in FAMILY.variants}
-    assert all(row.matches for row in rows.values()), rows
+    own = {variant: row for variant, row in rows.items() if not row.stand_in}
+    assert all(row.matches for row in own.values()), rows
     assert rows["uint8"].detail == ""
     if not torch.cuda.is_available():
-        assert "png not run" in rows["gpu_decode"].detail
-        assert "decoded by OpenCV instead" in rows["gpu_decode"].detail
+        # Its device decoder cannot run here: OpenCV stands in, and a stand-in never passes.
+        gpu_decode = rows["gpu_decode"]
+        assert (gpu_decode.matches, gpu_decode.stand_in) == (False, "opencv_decoder")
+        assert gpu_decode.skipped.startswith("OpenCV decoded its JPEG bytes on the host: the device decoder cannot "
+                                             "run (gpu_decode decodes JPEG with torchvision")
+        assert gpu_decode.skipped.endswith("; the rest matches naive")
 
 
 def test_the_gate_catches_a_variant_that_delivers_something_else(data_cache, monkeypatch):
-    monkeypatch.setattr(loader, "Consumer", _shifted_consumer(loader.Consumer))
+    monkeypatch.setattr(loader.steps, "Consumer", _shifted_consumer(loader.Consumer))
     row = FAMILY.compare("uint8")
     assert not row.matches and "png: images differ" in row.detail
 
@@ -298,7 +307,10 @@ def test_model_step_false_delivers_the_batch_only(data_cache):
 def test_close_shuts_every_worker_down(data_cache):
     case = FAMILY.build("ram_encoded", image_size=32, batch=4, items=8, num_workers=2)
     case()
-    pids = loader_probes.batch_step(case).worker_pids()
+    # The first batch can come back before the second worker has run its init (and written its pid): wait for it.
+    deadline = time.monotonic() + 30
+    while len(pids := loader_probes.batch_step(case).worker_pids()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert len(pids) == 2 and children_alive(pids) == pids
     case.close()
     assert children_alive(pids) == []
@@ -331,11 +343,11 @@ def test_a_missing_file_names_the_file_and_the_item(own_data, num_workers):
 def test_a_corrupt_file_names_the_file_and_the_item(own_data, num_workers):
     own_data.image(2).write_bytes(b"\x89PNG\r\n\x1a\n but then nothing an image is made of")
     offline = step("offline", num_workers=num_workers)
-    with pytest.raises(Exception, match=r"item 2: .*images/000002\.png is not a decodable image") as raised:
+    # With workers, DataLoader re-raises the worker's error as its own type (ItemReadError takes one message).
+    with pytest.raises(ItemReadError, match=r"item 2: .*images/000002\.png is not a decodable image"):
         for _ in range(4):
             offline.inputs()
     offline.close()
-    assert "ItemReadError" in (type(raised.value).__name__ + str(raised.value))
 
 
 def test_corrupt_bytes_in_ram_name_the_item_and_the_file_they_came_from(own_data):
@@ -353,13 +365,18 @@ def test_a_worker_that_dies_is_a_clear_error_within_the_timeout_and_leaves_no_pr
     pids = loader_probes.batch_step(case).worker_pids()
     started = time.monotonic()
     # DataLoader's SIGCHLD handler may raise as soon as the worker dies, wherever the main thread is.
-    with pytest.raises(RuntimeError, match=r"DataLoader worker \(pid"):
+    # Torch's own messages also start "DataLoader worker (pid": only WorkerDied names the pid and the variant.
+    with pytest.raises(loader.WorkerDied) as raised:
         os.kill(pids[0], signal.SIGKILL)
         for _ in range(20):
             case()
     assert time.monotonic() - started < 20 + 10
-    case.close()
+    assert str(raised.value).startswith(f"DataLoader worker (pid {pids[0]}) of naive died while loading a batch (")
+    assert str(raised.value).endswith("; the loader is closed")
+    # Closed when it raised, not by the close below: no worker is left, and the step refuses another batch.
+    assert loader_probes.batch_step(case).iterator is None
     assert children_alive(pids) == []
+    case.close()
 
 
 ABRUPT_EXIT = textwrap.dedent("""
@@ -415,13 +432,13 @@ def test_batches_in_flight_follow_the_prefetch_formula_not_the_articles(data_cac
 def test_memory_held_grows_with_the_workers_and_pss_counts_shared_pages_once(data_cache):
     sizes = {"image_size": 64, "batch": 8, "items": 16}
     peaks = [loader_probes.peak_memory("ram_decoded", "cpu", num_workers=n, **sizes) for n in (0, 1, 2)]
-    assert [p.processes for p in peaks] == [1, 2, 3]
+    assert [p.peak_processes for p in peaks] == [1, 2, 3]
     # Each worker adds its own private memory (tolerance: at least 1 MiB each) ...
-    assert peaks[0].pss + 2**20 < peaks[1].pss and peaks[1].pss + 2**20 < peaks[2].pss
+    assert peaks[0].peak_pss + 2**20 < peaks[1].peak_pss and peaks[1].peak_pss + 2**20 < peaks[2].peak_pss
     # ... while most of the main process's pages, private without workers, become shared with a forked one: the
     # USS sum drops, and RSS counts those pages again for each worker.
-    assert peaks[1].uss < peaks[0].uss / 2
-    assert peaks[2].rss > peaks[2].pss + peaks[0].rss / 2
+    assert peaks[1].peak_uss < peaks[0].peak_uss / 2
+    assert peaks[2].peak_rss > peaks[2].peak_pss + peaks[0].peak_rss / 2
 
 
 @pytest.mark.slow
@@ -434,7 +451,9 @@ def test_a_list_of_bytes_is_copied_into_the_workers_per_item_and_a_packed_buffer
     listed = loader_probes.copy_on_write("ram_encoded", "cpu", storage="list", **sizes)
     packed = loader_probes.copy_on_write("ram_encoded", "cpu", storage="packed", **sizes)
     assert listed.items_read >= 900 and packed.items_read >= 900
-    assert listed.per_item > packed.per_item + 2048, (listed, packed)
+    # The packed form's growth is within a worker heap's noise: its figure is n/a, so the windows are compared.
+    assert sum(listed.window) / listed.items_read > sum(packed.window) / packed.items_read + 2048, (listed, packed)
+    assert listed.per_item == sum(listed.window) / listed.items_read
 
 
 def test_copy_on_write_does_not_apply_without_forked_workers(data_cache):

@@ -7,7 +7,11 @@ test until someone has reasoned out, and written down, what it should count.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from pitfalls import registry
 from pitfalls.cases import build_case
@@ -89,13 +93,54 @@ def test_sampler_batch_hazards(variant) -> None:
     assert count_hazards(case).as_dict() == SAMPLER_BATCH[variant]
 
 
-@pytest.mark.parametrize("family", [f for f in registry.families() if "hazards" in registry.family(f).figures])
+SMALL = {"loss": {"batch": 2, "image_size": 16}, "sampler": {"n": 1000, "batch": 1},
+         "calibration": {"ms": 0, "items": 4, "mib": 0}}
+BASELINE_TOTAL = {"loss": 5, "sampler": 2, "calibration": 4}  # calibration: k planted .item() calls
+
+
+@pytest.mark.parametrize("family", [f for f in registry.family_names() if "hazards" in registry.family(f).figures])
 def test_the_baseline_has_hazards_and_the_last_variant_has_none(family) -> None:
-    # The articles' claim in one line: the naive form makes the host wait, the final form never does.
-    tables = {"loss": LOSS_STEP, "sampler": SAMPLER_ROW}
+    # The articles' claim in one line, counted on the cases themselves: the naive form makes the host wait, the
+    # final form never does.
     variants = registry.variants(family)
-    assert sum(tables[family][registry.baseline(family)].values()) > 0
-    assert tables[family][variants[-1]] == {}
+    assert count_hazards(build_case(family, registry.baseline(family), **SMALL[family])).total == BASELINE_TOTAL[family]
+    assert count_hazards(build_case(family, variants[-1], **SMALL[family])).total == 0
+
+
+class _Dispatched(TorchDispatchMode):
+    """Every ATen call a region dispatches, with its arguments: an oracle written apart from the counter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[torch._ops.OpOverload, tuple, dict]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 (torch's protocol)
+        self.calls.append((func, args, kwargs or {}))
+        return func(*args, **(kwargs or {}))
+
+
+def hazards_among_dispatched(case) -> dict[str, int]:
+    """Count, from the ops one call dispatched, those whose result the host must wait for: an op tagged as having
+    a data-dependent output shape or value, except indexing, which waits only for a boolean mask."""
+    with _Dispatched() as seen:
+        case()
+    found: Counter[str] = Counter()
+    for func, args, kwargs in seen.calls:
+        name = str(func)
+        if name in ("aten.index.Tensor", "aten.index_put.default", "aten.index_put_.default",
+                    "aten._index_put_impl_.default"):
+            indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
+            if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices):
+                found[f"{name} (bool mask)"] += 1
+        elif {torch.Tag.dynamic_output_shape, torch.Tag.data_dependent_output} & set(func.tags):
+            found[name] += 1
+    return dict(found)
+
+
+@pytest.mark.parametrize(("family", "variant"), [(f, v) for f in SMALL for v in registry.variants(f)])
+def test_the_counter_counts_the_hazards_among_the_ops_actually_dispatched(family, variant) -> None:
+    case = build_case(family, variant, **SMALL[family])
+    assert count_hazards(case).as_dict() == hazards_among_dispatched(case)
 
 
 @pytest.mark.parametrize(("family", "variant", "params"), [

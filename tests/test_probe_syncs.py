@@ -88,7 +88,8 @@ def test_python_level_operations_dispatch_to_the_expected_hazards() -> None:
         x[mask]  # index.Tensor with a bool mask
         x[torch.tensor([0, 1])]  # integer index: no hazard
         y = x.clone()
-        y[mask] = 0.0  # boolean assignment dispatches to index_put_ with the mask
+        y[mask] = 0.0  # a Python scalar: ATen's masked_fill_ path, no hazard
+        y[mask] = y.max()  # a one-element value made on the device: index_put_ with the mask
         torch.unique(x)  # _unique2
         x.sum().item()  # _local_scalar_dense
         bool(x.sum() > 0)  # _local_scalar_dense as well
@@ -132,7 +133,8 @@ def test_a_function_without_hazards_counts_zero() -> None:
 
 
 def test_counts_are_immutable_and_sorted() -> None:
-    counts = count_hazards(lambda: (torch.nonzero(torch.ones(2)), torch.ones(()).item()))
+    ones = torch.ones(2)  # made before the counted region: device data, as the program's inputs are
+    counts = count_hazards(lambda: (torch.nonzero(ones), ones.sum().item()))
     assert counts.counts == (("aten._local_scalar_dense.default", 1), ("aten.nonzero.default", 1))
     with pytest.raises(AttributeError):
         counts.counts = ()  # type: ignore[misc]
@@ -142,9 +144,10 @@ def test_counts_are_immutable_and_sorted() -> None:
 
 def test_counter_accumulates_across_calls_and_resets_on_reentry() -> None:
     counter = SyncHazardCounter()
+    ones = torch.ones(2)
     with counter:
         for _ in range(3):
-            torch.nonzero(torch.ones(2))
+            torch.nonzero(ones)
     assert counter.result.get("aten.nonzero.default") == 3
     with counter:
         pass
@@ -260,3 +263,95 @@ def test_real_cuda_syncs_nonzero_syncs_and_where_does_not() -> None:
     assert isinstance(with_sync, SyncCount) and with_sync.total >= 3
     assert without == SyncCount(total=0, calls=3, method="sync debug mode")
     assert torch.cuda.get_sync_debug_mode() == 0
+
+
+# -- provenance: what the CUDA program would hold on the host ---------------------------------------------------
+
+
+def test_a_mask_assignment_of_a_host_made_scalar_takes_atens_masked_fill_path() -> None:
+    # A fixed mask: the two-index case below needs as many True in mask[:2] as in mask[:4] (a random one made this
+    # test depend on the generator's state, so on the tests that ran before it).
+    x = torch.tensor([0.5, 1.5, -1.0, -2.0, 0.25, -0.5, 3.0, -4.0])
+    mask = x > 0
+
+    def assign(value_of: object) -> HazardCounts:
+        def work() -> None:
+            y = x.clone()
+            y[mask] = value_of(y)  # type: ignore[operator]
+        return count_hazards(work)
+
+    assert assign(lambda y: -1).total == 0
+    # Built from a Python number with no device: on the host in the CUDA program too.
+    assert assign(lambda y: torch.tensor(2.0)).total == 0
+    assert assign(lambda y: torch.tensor(2.0, device=y.device)).as_dict() == {
+        "aten.index_put_.default (bool mask)": 1
+    }
+    assert assign(lambda y: y.max()).as_dict() == {"aten.index_put_.default (bool mask)": 1}
+    assert assign(lambda y: y[mask] * 2).total == 2  # the read, and a many-element value
+    # Two indices, or accumulate=True, leave ATen's masked_fill_ path whatever the value.
+    two = count_hazards(lambda: x.clone().view(2, 4).__setitem__((mask[:2], mask[:4]), 0.0))
+    assert two.as_dict() == {"aten.index_put_.default (bool mask)": 1}
+    accumulated = count_hazards(lambda: x.clone().index_put_((mask,), torch.tensor(1.0), accumulate=True))
+    assert accumulated.as_dict() == {"aten.index_put_.default (bool mask)": 1}
+
+
+def test_host_copies_are_counted_at_the_python_api_once_each() -> None:
+    x = torch.randn(4)
+
+    def work() -> None:
+        host = x.cpu()  # a copy to the host
+        x.to("cpu")
+        x.to(device="cpu")
+        x.to("cpu", non_blocking=True)  # not a blocking copy
+        x.tolist()
+        host.tolist()  # already on the host: no copy
+        host.sum().item()  # host data: no sync
+        x.to(torch.float64)  # a dtype: no copy
+        f"{x.sum():.2f}"  # formatting a device scalar reads it once
+
+    counts = count_hazards(work)
+    assert counts.as_dict() == {
+        "Tensor.cpu (device to host)": 1,
+        "Tensor.to (device to host)": 2,
+        "Tensor.tolist (device to host)": 1,
+        "Tensor.__format__ (device to host)": 1,
+    }
+
+
+def test_numpy_of_device_data_is_flagged_as_an_error_on_cuda() -> None:
+    x = torch.randn(3)
+    assert count_hazards(lambda: x.numpy()).as_dict() == {
+        "Tensor.numpy (of a device tensor: a TypeError on CUDA)": 1
+    }
+    assert count_hazards(lambda: x.cpu().numpy()).as_dict() == {"Tensor.cpu (device to host)": 1}
+
+
+def test_a_device_object_is_the_programs_device_and_printing_reads_device_data() -> None:
+    x = torch.randn(4)
+    device = x.device  # torch.device("cpu") here, the GPU in the same program on CUDA
+
+    def work() -> None:
+        x.to(device)  # the program's device: no copy on CUDA either
+        torch.zeros(2, device=device).sum().item()  # made on the program's device: a read
+        print(x)  # printing reads the data
+        copy = x.cpu()
+        assert copy is not x  # the copy is another tensor, as on CUDA
+        copy.sum().item()  # host data
+
+    counts = count_hazards(work)
+    assert counts.as_dict() == {
+        "Tensor.__repr__ (device to host)": 1,
+        "Tensor.cpu (device to host)": 1,
+        "aten._local_scalar_dense.default": 1,
+    }
+
+
+def test_provenance_holds_tensors_weakly_and_by_identity() -> None:
+    from pitfalls.probes.hostcopy import Provenance
+
+    provenance = Provenance()
+    host, other = torch.ones(2), torch.ones(2)  # equal values, different tensors
+    provenance.add([host])
+    assert provenance.on_host(host) and not provenance.on_host(other)
+    del host
+    assert provenance._refs == {}  # freed with its tensor: a long step does not grow the table

@@ -156,3 +156,27 @@ def test_real_cuda_event_time_measures_device_work() -> None:
     assert isinstance(result, CudaEventTiming)
     assert len(result.times_ms) == 5
     assert all(t > 0 for t in result.times_ms)
+
+
+def test_blocked_speedup_runs_one_case_per_block_and_takes_the_median_of_block_pairs():
+    from pitfalls.probes import blocked_speedup
+
+    calls: list[tuple[str, int]] = []
+    base = iter([0.020, 0.022, 0.090])  # the third baseline block was disturbed: the median ignores it
+    cand = iter([0.010, 0.011, 0.010])
+
+    def baseline(units: int) -> float:
+        calls.append(("a", units))
+        return next(base)
+
+    def candidate(units: int) -> float:
+        calls.append(("b", units))
+        return next(cand)
+
+    result = blocked_speedup(baseline, candidate, blocks=3, units=4)
+    assert calls == [("a", 4), ("b", 4)] * 3
+    assert result.ratios == pytest.approx((2.0, 2.0, 9.0)) and result.ratio == pytest.approx(2.0)
+    assert result.rounds == 3
+    assert (result.baseline_median_s, result.candidate_median_s) == (0.022, 0.010)
+    with pytest.raises(ValueError, match="block 0 reported a non-positive time"):
+        blocked_speedup(lambda n: 0.0, lambda n: 0.01, blocks=1)

@@ -10,7 +10,7 @@ from pitfalls.family import FLOOR, Family
 
 
 def test_the_built_in_families_and_their_naive_variants():
-    assert registry.families()[:2] == ("loss", "sampler")
+    assert registry.family_names()[:2] == ("loss", "sampler")
     assert registry.baseline("loss") == "naive"
     assert registry.baseline("sampler") == "nonzero"
 
@@ -20,7 +20,7 @@ def test_registry_lists_exactly_the_variants_each_family_module_implements():
     assert registry.variants("sampler") == tuple(sampler.VARIANTS)
 
 
-@pytest.mark.parametrize("name", registry.families())
+@pytest.mark.parametrize("name", registry.family_names())
 def test_every_family_is_one_entry_with_its_floor_after_its_variants(name):
     entry = registry.family(name)
     assert isinstance(entry, Family) and entry.name == name
@@ -31,7 +31,7 @@ def test_every_family_is_one_entry_with_its_floor_after_its_variants(name):
 def test_check_all_covers_every_registered_variant_and_not_the_floor():
     rows = equivalence.check_all(("cpu",))
     covered = {(row.family, row.variant) for row in rows}
-    assert covered == {(f, v) for f in registry.families() for v in registry.variants(f)}
+    assert covered == {(f, v) for f in registry.family_names() for v in registry.variants(f)}
     failures = [row for row in rows if not row.matches and not row.skipped]
     assert failures == []
     # What cannot run on this machine is said, with the reason, never passed off as a match.
@@ -50,7 +50,7 @@ def test_unknown_family_is_refused_with_the_known_ones():
         registry.variants("nope")
 
 
-@pytest.mark.parametrize("family", registry.families())
+@pytest.mark.parametrize("family", registry.family_names())
 def test_every_variant_and_the_floor_build_a_runnable_case_at_the_smoke_size(family):
     entry = registry.family(family)
     for variant in entry.cases:
@@ -80,7 +80,7 @@ def test_case_builder_refuses_unknown_parameters_and_skips_what_cannot_run():
 def test_the_floor_does_the_familys_job_with_no_sync_hazard():
     from pitfalls.probes import count_hazards
 
-    for family in registry.families():
+    for family in registry.family_names():
         if "hazards" in registry.family(family).figures:
             assert count_hazards(cases.smoke_case(family, FLOOR)).total == 0, family
 

@@ -36,7 +36,10 @@ def readme(tmp_path_factory) -> str:
 def test_every_benchmark_of_the_committed_results_is_in_the_report(readme):
     names = {name for result in committed_files() for name in result.get_all_result_keys()}
     assert len(names) >= 23
-    missing = sorted(name for name in names if f"`{name}`" not in readme)
+    # A series that ended (benchmarks/bench_parallel.py RETIRED) is only in results older than the newest shown.
+    retired = {"bench_parallel.Step.time_step"}
+    assert retired <= names
+    missing = sorted(name for name in names - retired if f"`{name}`" not in readme)
     assert missing == []
     assert "Left out of this report" not in readme  # every committed file reads
     assert "other benchmarks" not in readme  # and benchmarks.json describes every benchmark in them

@@ -7,7 +7,8 @@ from pitfalls.families.loss import SegNet, TrainConfig, make_loss, make_train_st
 from pitfalls.families.sampler import SamplerConfig, SampleResult, make_sample_call, sample
 from pitfalls.family import FLOOR, Case, Comparison, Family, Param, SkipCase
 from pitfalls.guard import SyncHazardError, no_sync_hazards
-from pitfalls.registry import all_families, baseline, families, family, variants
+from pitfalls.registry import all_families, baseline, family_names, variants
+from pitfalls.registry import family as family_entry  # `pitfalls.family` is the module of Family and Case
 
 __all__ = [
     "FLOOR",
@@ -27,8 +28,8 @@ __all__ = [
     "build_case",
     "check_all",
     "cuda_available",
-    "families",
-    "family",
+    "family_entry",
+    "family_names",
     "make_loss",
     "make_sample_call",
     "make_train_step",

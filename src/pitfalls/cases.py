@@ -18,7 +18,7 @@ def build_case(family: str, variant: str, *, device: str = "cpu", compiled: bool
     """Build one case on seeded inputs.
 
     Args:
-        family: a registered family (see `pitfalls.families()`).
+        family: a registered family (see `pitfalls.family_names()`).
         variant: one of the family's variants, or ``"floor"``.
         device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
         compiled: wrap the workload in ``torch.compile`` (compiled lazily, on the first call).

@@ -13,6 +13,9 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from pitfalls.calibration.marks import uncalibrated
+from pitfalls.calibration.run import all_checks
+from pitfalls.calibration.run import register as register_calibrate
 from pitfalls.devices import available_devices
 from pitfalls.equivalence import check_all
 from pitfalls.family import COMPILE, CUDA, FLOOR, HAZARDS, SkipCase
@@ -28,6 +31,7 @@ from pitfalls.probes import (
 from pitfalls.registry import all_families, family, load_errors
 from pitfalls.runner import merge
 from pitfalls.scan import register as register_scan
+from pitfalls.scan_loader.cli import register as register_scan_loader
 
 
 class CommandError(Exception):
@@ -156,6 +160,9 @@ def cmd_probe(args: argparse.Namespace, console: Console) -> int:
         print(f"unavailable: {compile_failure_reason(error)}", file=sys.stderr)
         return 2
     console.print(render(figures, title=case.name))
+    marked = uncalibrated(args.family, [f.name for f in figures], all_checks())
+    if marked:
+        console.print(f"uncalibrated (no check of `pitfalls calibrate` reads them): {', '.join(marked)}")
     if args.trace:
         console.print(f"trace written to {args.trace} (open in chrome://tracing or https://ui.perfetto.dev)")
     return 0
@@ -214,6 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--commit", help="a commit hash or prefix (default: each environment's newest)")
     report.set_defaults(run=cmd_report)
     register_scan(commands)
+    register_calibrate(commands)
+    register_scan_loader(commands)
     merge.register(commands)
     return parser
 

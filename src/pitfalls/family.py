@@ -13,12 +13,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from pitfalls._checks import check_choice
 from pitfalls.devices import cuda_available, fits, resolve_device
+
+if TYPE_CHECKING:  # the calibration table imports the probes, which import this module
+    from pitfalls.calibration.table import Check
 
 ParamValue = int | str | bool
 
@@ -53,6 +56,12 @@ class Case:
     that must see every op; a case with no such single-process part (a multi-process step) has ``fn=None``.
     ``close`` releases what the case holds beyond memory (worker processes), when it holds any; ``with case:``
     calls it on the way out.
+
+    ``block``, for a case whose calls involve worker processes, queues or ranks: ``block(units)`` runs ``units``
+    calls at steady state (after discarding whatever the case could have made in advance) and returns the
+    seconds per call, holding no busy worker when it returns, so that another case timed next is not racing this
+    one's prefetching. Speedups and throughputs of such cases are taken from interleaved blocks
+    (`pitfalls.probes.blocked_speedup`), never from alternating single calls with both cases live.
     """
 
     family: str
@@ -64,6 +73,7 @@ class Case:
     fn: Callable[..., Any] | None = field(default=None, repr=False)
     inputs: tuple[Any, ...] = field(default=(), repr=False)
     close: Callable[[], None] | None = field(default=None, repr=False)
+    block: Callable[[int], float] | None = field(default=None, repr=False)
 
     def __call__(self) -> Any:
         return self.call()
@@ -88,6 +98,9 @@ class Comparison:
 
     ``skipped`` holds why the comparison could not be made on this machine (a variant that needs two GPUs): such a
     row neither passes nor fails the gate, and `matches` is False only because nothing was shown to match.
+    ``stand_in`` records which path ran when it was not the variant's own: what stood in for the part that could
+    not run here (gpu_decode's device decoder without CUDA). A stand-in never passes: such a row either fails or
+    is not run.
     """
 
     family: str
@@ -97,11 +110,17 @@ class Comparison:
     max_abs_diff: float
     detail: str = ""
     skipped: str = ""
+    stand_in: str = ""
+
+    def __post_init__(self) -> None:
+        if self.matches and (self.stand_in or self.skipped):
+            raise ValueError(f"{self.family}/{self.variant} on {self.device}: a row whose own code path did not "
+                             f"run cannot pass (stand-in: {self.stand_in or '-'}; not run: {self.skipped or '-'})")
 
     @classmethod
-    def not_run(cls, family: str, variant: str, device: str, reason: str) -> Comparison:
-        """A comparison this machine cannot make, and why."""
-        return cls(family, variant, device, False, float("nan"), skipped=reason)
+    def not_run(cls, family: str, variant: str, device: str, reason: str, stand_in: str = "") -> Comparison:
+        """A comparison this machine cannot make, and why (with the stand-in that ran instead, if one did)."""
+        return cls(family, variant, device, False, float("nan"), skipped=reason, stand_in=stand_in)
 
 
 _BOOL_TEXT = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
@@ -210,6 +229,8 @@ class Family:
         floor: whether the family has a floor case.
         own_figures: the family's own figures of a built case (bytes per batch, per-rank memory...), for
             ``pitfalls probe``; its asv module benchmarks the same figures.
+        calibrations: the known-answer checks of the family's own instruments (`pitfalls.calibration.Check`),
+            run by ``pitfalls calibrate`` beside the shared ones; a figure no check names reads "uncalibrated".
     """
 
     name: str
@@ -228,6 +249,7 @@ class Family:
     unit: str = "call"
     floor: bool = True
     own_figures: Callable[[Case], list[OwnFigure]] | None = field(default=None, repr=False)
+    calibrations: tuple[Check, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):

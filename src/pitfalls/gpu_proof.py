@@ -16,6 +16,7 @@ import functools
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,23 +26,31 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pitfalls import runner
+import torch
+
+from pitfalls import runner, scan_corpus
 from pitfalls.devices import cuda_available, synchronize
+from pitfalls.equivalence import check_all
+from pitfalls.families import parallel
+from pitfalls.families import parallel_memory as memory
 from pitfalls.family import HAZARDS, NVML, SPEEDUP, Case, Family, SkipCase
 from pitfalls.probes import (
+    HazardCounts,
     NvmlSampler,
     NvmlSummary,
     Unavailable,
+    blocked_speedup,
     count_cuda_syncs,
     count_hazards,
     cuda_event_time,
-    environment,
+    environment_facts,
     interleaved_speedup,
     wall_time,
 )
 from pitfalls.registry import all_families
 from pitfalls.runner.job import INSTALLED_ENV
 from pitfalls.runner.worktree import head_commit
+from pitfalls.scan_loader.proof import pinned_against_unpinned
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,8 +95,25 @@ def _build_or_skip(
         return None
 
 
+# Real CUDA syncs per hazard of a label, where one hazard is not exactly one sync (every other label: one).
+# A row agrees when its real syncs per call equal the sum over its hazards of these counts.
+SYNCS_PER_HAZARD: dict[str, int] = {}
+
+
+def expected_syncs(hazards: HazardCounts) -> int:
+    """The real CUDA syncs one call should show for its hazards: one each, or the label's `SYNCS_PER_HAZARD`."""
+    return sum(count * SYNCS_PER_HAZARD.get(label, 1) for label, count in hazards.counts)
+
+
+def syncs_agree(hazards: HazardCounts, real: float | Unavailable) -> str:
+    """"yes" when the real syncs per call equal the hazards count for count, "NO" when not, "n/a" unmeasured."""
+    if isinstance(real, Unavailable):
+        return "n/a"
+    return "yes" if abs(real - expected_syncs(hazards)) < 1e-9 else "NO"
+
+
 def syncs_against_hazards(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
-    """For every variant and floor: sync hazards of the eager program and real CUDA syncs, per call.
+    """For every variant and floor: sync hazards of the eager program and real CUDA syncs, per call, count for count.
 
     The counts do not depend on size, only on the code path, so every family is counted at its smoke size.
     """
@@ -102,14 +128,71 @@ def syncs_against_hazards(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
             with case:
                 case()
                 synchronize(case.device)
-                hazards = count_hazards(case).total
+                hazards = count_hazards(case)
                 syncs = count_cuda_syncs(case, calls=5, warmup=1)
             real: float | Unavailable = syncs if isinstance(syncs, Unavailable) else syncs.per_call
-            agrees = "n/a" if isinstance(real, Unavailable) else ("yes" if (hazards == 0) == (real == 0) else "NO")
             rows.append(
-                {"family": entry.name, "variant": variant, "sizes": dict(entry.smoke), "sync_hazards": hazards,
-                 "cuda_syncs": _value(real), "zero_together": agrees}
+                {"family": entry.name, "variant": variant, "sizes": dict(entry.smoke), "sync_hazards": hazards.total,
+                 "by_op": hazards.as_dict(), "expected_syncs": expected_syncs(hazards), "cuda_syncs": _value(real),
+                 "count_for_count": syncs_agree(hazards, real)}
             )
+    return rows
+
+
+def _corpus_line(construct: scan_corpus.Construct) -> tuple[str, int]:
+    # The helper's syncs are at its callee's line, where the scan reports them.
+    run = scan_corpus._nonzero_rows if construct is scan_corpus.HELPER else construct.run
+    return scan_corpus.line_of(run)
+
+
+def _agreement(counted: Mapping[tuple[str, int], float], truth: Mapping[tuple[str, int], float]) -> str:
+    found = scan_corpus.agreement(counted, truth)
+    return f"precision {found.precision:.3g}, recall {found.recall:.3g}, {len(found.wrong)} lines differ"
+
+
+def scan_corpus_on_device(device: str, _sizes: Sizes) -> dict[str, Any]:
+    """The scan corpus: each construct's label, the CPU scan's count, the scan on the device, and real CUDA syncs
+    counted by PyTorch's sync debug mode, per call; then how each agrees with the real syncs, line by line."""
+    labels = scan_corpus.expected_per_line()
+    cpu_scan, _ = scan_corpus.scan_per_line("cpu")
+    device_scan, _ = scan_corpus.scan_per_line(device)
+    d = scan_corpus.corpus_data(device)
+    rows: list[dict[str, Any]] = []
+    real: dict[tuple[str, int], float] = {}
+    missing: Unavailable | None = None
+    for construct in (*scan_corpus.CORPUS, scan_corpus.HELPER):
+        line = _corpus_line(construct)
+        counted = count_cuda_syncs(functools.partial(construct.run, d), calls=3, warmup=1)
+        if isinstance(counted, Unavailable):
+            missing = counted
+        else:
+            real[line] = counted.per_call
+        rows.append(
+            {"construct": construct.name, "code": f"`{construct.code}`", "label": labels[line],
+             "cpu_scan": cpu_scan.get(line, 0), f"{device}_scan": device_scan.get(line, 0),
+             "cuda_syncs": _value(counted if isinstance(counted, Unavailable) else counted.per_call)}
+        )
+    summary = {
+        "cpu scan against labels": _agreement(cpu_scan, labels),
+        f"{device} scan against cpu scan": _agreement(device_scan, cpu_scan),
+    }
+    if missing is not None:
+        summary["against real CUDA syncs"] = _value(missing)
+    else:
+        summary["cpu scan against real CUDA syncs"] = _agreement(cpu_scan, real)
+        summary["labels against real CUDA syncs"] = _agreement(labels, real)
+    return {"rows": rows, "agreement": summary}
+
+
+def gate(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
+    """``pitfalls check`` on the device: every variant against naive; a row whose own path did not run is n/a."""
+    rows = []
+    for row in check_all((device,)):
+        verdict = "n/a" if row.skipped else ("yes" if row.matches else "NO")
+        rows.append({"family": row.family, "variant": row.variant, "matches_naive": verdict,
+                     "max_abs_diff": None if row.skipped else row.max_abs_diff,
+                     "ran": f"stand-in: {row.stand_in}" if row.stand_in else ("-" if row.skipped else "its own"),
+                     "detail": f"not run here: {row.skipped}" if row.skipped else row.detail})
     return rows
 
 
@@ -190,12 +273,73 @@ def speedups(device: str, sizes: Sizes) -> list[dict[str, Any]]:
                     if candidate is None:
                         continue
                     with candidate:
-                        result = interleaved_speedup(naive, candidate, rounds=sizes.rounds, warmup=1,
-                                                     sync=functools.partial(synchronize, naive.device))
+                        if naive.block is not None and candidate.block is not None:  # processes: by blocks
+                            result = blocked_speedup(naive.block, candidate.block, blocks=sizes.rounds, units=5)
+                        else:
+                            result = interleaved_speedup(naive, candidate, rounds=sizes.rounds, warmup=1,
+                                                         sync=functools.partial(synchronize, naive.device))
                     rows.append({"family": entry.name, "variant": variant, "sizes": params,
                                  "speedup": round(result.ratio, 2),
                                  "naive_ms": round(result.baseline_median_s * 1e3, 3),
                                  "variant_ms": round(result.candidate_median_s * 1e3, 3)})
+    return rows
+
+
+def loader_step_cost(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
+    """The loader's model_ms step (a matmul loop sized by timing its products on a GPU, a clock spin on a CPU):
+    planted against measured milliseconds per call, synchronized; then the verdict of two rungs with it."""
+    from pitfalls.families.loader import stepcost, verdict
+
+    rows: list[dict[str, Any]] = []
+    for model_ms in (2, 10, 50):
+        planted, measured = stepcost.planted_against_measured(model_ms, torch.device(device))
+        rows.append({"model_ms": planted, "measured_ms": round(measured, 3), "ratio": round(measured / planted, 3)})
+    entry = all_families()["loader"]
+    for variant in ("naive", "uint8"):
+        try:
+            found = verdict.verdict(variant, device, **{**entry.smoke, "model_ms": 10})
+        except SkipCase as skip:
+            rows.append({"model_ms": 10, "variant": variant, "verdict": f"n/a: {skip.reason}"})
+            continue
+        rows.append({"model_ms": 10, "variant": variant, "verdict": found.describe()})
+    return rows
+
+
+def calibration(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
+    """The calibration table (`pitfalls calibrate`) on this device: on a GPU its CUDA rows run too."""
+    from pitfalls.calibration.run import all_checks, run_checks
+
+    columns = ("check", "unit", "planted", "measured", "error", "tolerance", "verdict", "reason")
+    return [{c: getattr(row, c) for c in columns} for row in run_checks(all_checks(), device)]
+
+
+def parallel_memory(device: str, sizes: Sizes) -> list[dict[str, Any]]:
+    """The parallel family per variant: device 0's estimated and measured peak memory, and (GPU) the largest global
+    batch that fits, the article's "the gathered outputs force a smaller batch" in numbers."""
+    entry = all_families()["parallel"]
+    rows: list[dict[str, Any]] = []
+    for params in sizes.of(entry):
+        if device == "cuda":
+            params = {**params, "world_size": max(1, min(int(params["world_size"]), torch.cuda.device_count()))}
+        for variant in entry.variants:
+            estimates = parallel.device_estimates(variant, params)
+            row: dict[str, Any] = {"family": entry.name, "variant": variant, "sizes": dict(params),
+                                   "device0_estimated_bytes": estimates[0]}
+            case = _build_or_skip(entry, variant, device, params, rows)
+            if case is None:
+                continue
+            with case:
+                figures = parallel.measure_figures(case, steps=3, nvml_seconds=0.1)
+            row["device0_measured_bytes"] = _value(figures.rank0_memory())
+            row["memory_imbalance"] = _value(figures.memory_imbalance())
+            if device == "cuda":
+                search = memory.fits_on_gpu(variant, int(params["world_size"]), int(params["image_size"]))
+                per_rank = memory.largest_fitting(search)
+                row["largest_global_batch"] = _value(
+                    per_rank if isinstance(per_rank, Unavailable) else per_rank * int(params["world_size"]))
+            else:
+                row["largest_global_batch"] = _value(Unavailable("no CUDA device"))
+            rows.append(row)
     return rows
 
 
@@ -208,8 +352,10 @@ def asv_quick_grid(device: str, out: Path, machine: str) -> dict[str, Any]:
     # The main job's configuration, machine record and environment, with the results kept in ``out``.
     conf = runner.write_staged_conf(ROOT / "asv.conf.json", out, results_dir=out / "results")
     runner.record_machine(machine, out / "results", runner.hardware(sys.executable, device))
-    # On the CPU (a dry run) one cheap class stands for the grid; on CUDA every CUDA case runs.
-    selection = [f"'{device}'", r"\.(Cuda|Nvml)\."] if device == "cuda" else [r"bench_sampler\.SyncHazards"]
+    # On the CPU (a dry run) one cheap class stands for the grid; on CUDA every CUDA case runs, and the calibration
+    # table's CUDA rows as the site publishes them.
+    selection = ([f"'{device}'", r"\.(Cuda|Nvml)\.", cuda_calibration_selection()] if device == "cuda"
+                 else [r"bench_sampler\.SyncHazards"])
     command = [sys.executable, "-m", "asv", "run", "--config", str(conf), "--machine", machine,
                "-E", INSTALLED_ENV, "--set-commit-hash", head_commit(ROOT), "--show-stderr"]
     for regex in selection:
@@ -219,6 +365,16 @@ def asv_quick_grid(device: str, out: Path, machine: str) -> dict[str, Any]:
     (out / "asv-run.log").write_text(done.stdout + done.stderr)
     return {"exit_code": done.returncode, "seconds": round(time.perf_counter() - started, 1),
             "results": str(out / "results" / machine), "log": str(out / "asv-run.log")}
+
+
+def cuda_calibration_selection() -> str:
+    """An asv ``-b`` pattern for the published errors of the calibration table's CUDA checks (and no other)."""
+    from pitfalls.calibration.published import ERROR_METHOD
+    from pitfalls.calibration.run import all_checks
+    from pitfalls.calibration.table import CUDA
+
+    names = "|".join(re.escape(repr(check.name)) for check in all_checks() if check.device == CUDA)
+    return rf"^bench_calibration\.Error\w*\.{ERROR_METHOD}\(({names})\)$"
 
 
 def machine_name(device: str) -> str:
@@ -243,9 +399,18 @@ def render_report(figures: dict[str, Any]) -> str:
         f"Device `{figures['device']}`, GPU: {env.get('gpus')}, torch {env.get('torch')}, CUDA {env.get('cuda')}, "
         f"driver {env.get('driver')}, suite commit {env.get('commit')}. Wall time {figures['seconds']} s.\n",
         "## Real CUDA syncs against sync hazards (per call)\n",
-        "Hazards are counted on the eager program on any device; syncs by PyTorch's CUDA sync debug mode. A variant "
-        "with no hazard must show no sync, and one with hazards must show syncs.\n",
+        "Hazards are counted on the eager program on any device; syncs by PyTorch's CUDA sync debug mode. Each "
+        "variant's real syncs per call must equal its hazards count for count (`expected_syncs`: one sync per "
+        f"hazard, except {SYNCS_PER_HAZARD or 'no op'}).\n",
         _table(figures["syncs"]),
+        "## The scan corpus: labels, the scan, and real CUDA syncs per line\n",
+        "Each construct is one line (`pitfalls.scan_corpus`); real syncs are counted under "
+        "`torch.cuda.set_sync_debug_mode(\"warn\")`, the scan on the eager program.\n",
+        _table([{"check": k, "agreement": v} for k, v in figures.get("corpus", {}).get("agreement", {}).items()]),
+        _table(figures.get("corpus", {}).get("rows", [])),
+        "## Every variant against naive (pitfalls check)\n",
+        "A variant whose own code path did not run here (a stand-in ran instead) is n/a, never a pass.\n",
+        _table(figures["gate"]),
         "## NVML while each case loops\n",
         "Utilization is the share of time any kernel ran (not SM occupancy): a sync-bound loop can still read high.\n",
         _table(figures["nvml"]),
@@ -255,6 +420,16 @@ def render_report(figures: dict[str, Any]) -> str:
         "At each family's article sizes; the floor is each family's job done as fast as the hardware allows. The "
         "loss / ignore_index row at batch 256, 256x256 is article 000's headline (240x on an A10G).\n",
         _table(figures["speedups"]),
+        "## Calibration: known answers through the suite's instruments (`pitfalls calibrate`)\n",
+        _table(figures.get("calibration", [])),
+        "## parallel: device 0's memory and the largest global batch that fits\n",
+        "Per variant at the article's size: device 0's estimated and measured peak (CUDA max allocated) and the "
+        "largest global batch a bounded search ran (GPU only).\n",
+        _table(figures.get("parallel memory", [])),
+        "## scan-loader: pin_memory off and on (the loader family's naive variant, smoke size)\n",
+        _table(figures.get("scan_loader", [])),
+        "## loader: the model_ms step, planted against measured (ms per call), and the verdict with it\n",
+        _table(figures.get("loader step cost", [])),
         "## asv quick grid on this device\n",
         _table([figures["asv"]]),
     ]
@@ -275,9 +450,12 @@ def run(out: Path, device: str, *, with_asv: bool = True) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     sizes = GPU_SIZES if device == "cuda" else DRY_RUN_SIZES
     started = time.perf_counter()
-    figures: dict[str, Any] = {"device": device, "sizes": asdict(sizes), "environment": environment()}
-    for name, check in (("syncs", syncs_against_hazards), ("nvml", nvml_while_looping),
-                        ("timing", event_against_host_time), ("speedups", speedups)):
+    figures: dict[str, Any] = {"device": device, "sizes": asdict(sizes), "environment": environment_facts()}
+    for name, check in (("syncs", syncs_against_hazards), ("corpus", scan_corpus_on_device), ("gate", gate),
+                        ("nvml", nvml_while_looping), ("timing", event_against_host_time), ("speedups", speedups),
+                        ("parallel memory", parallel_memory), ("scan_loader", pinned_against_unpinned),
+                        ("loader step cost", loader_step_cost),
+                        ("calibration", calibration)):
         print(f"gpu-proof: {name} ...", file=sys.stderr, flush=True)
         figures[name] = check(device, sizes)
     if with_asv:
@@ -303,8 +481,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("no CUDA device here; run on a GPU machine, or use --device cpu for a dry run")
     figures = run(args.out, args.device, with_asv=not args.no_asv)
     print((args.out / "report.md").read_text())
-    disagreements = [row for row in figures["syncs"] if row["zero_together"] == "NO"]
-    return 1 if disagreements else 0
+    disagreements = [row for row in figures["syncs"] if row["count_for_count"] == "NO"]
+    failed = [row for row in figures["gate"] if row["matches_naive"] == "NO"]
+    return 1 if disagreements or failed else 0
 
 
 if __name__ == "__main__":

@@ -30,6 +30,11 @@ class SyncHazardError(AssertionError):
             where = site.line.short_where() if site.line else "(no frame outside torch)"
             code = f": {site.line.code}" if site.line and site.line.code else ""
             lines.append(f"  {where}: {site.kind.op} x{site.count}{code}")
+            callers = [call for call in site.call_sites if call.frames]
+            if len({call.frames[0] for call in callers}) > 1:  # a shared helper: name the lines that called it
+                for call in callers:
+                    caller = call.frames[0]
+                    lines.append(f"      called from {caller.short_where()} x{call.count}: {caller.code}")
             lines.append(f"      rewrite: {site.kind.rewrite}")
         lines.append(
             "allow one with no_sync_hazards(allow={...}) by its op as printed, 'FILE:LINE' or 'FILE:FUNCTION'"

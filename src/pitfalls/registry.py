@@ -20,12 +20,12 @@ from pathlib import Path
 
 from pitfalls._checks import check_choice
 from pitfalls._import import file_module
-from pitfalls.families import loader, loss, parallel, sampler
+from pitfalls.families import calibration, loader, loss, parallel, sampler
 from pitfalls.family import Family
 
 ENTRY_POINT_GROUP = "pitfalls.families"
 FAMILIES_ENV = "PITFALLS_FAMILIES"
-BUILTIN: tuple[Family, ...] = (loss.FAMILY, sampler.FAMILY, loader.FAMILY, parallel.FAMILY)
+BUILTIN: tuple[Family, ...] = (loss.FAMILY, sampler.FAMILY, loader.FAMILY, parallel.FAMILY, calibration.FAMILY)
 
 
 class FamilyLoadError(ValueError):
@@ -111,7 +111,7 @@ def plugin_families() -> tuple[Family, ...]:
     return tuple(f for name, f in _registry()[0].items() if name not in builtin)
 
 
-def families() -> tuple[str, ...]:
+def family_names() -> tuple[str, ...]:
     """Return the family names."""
     return tuple(_registry()[0])
 

@@ -60,7 +60,14 @@ def describe(label: str, *, in_backward: bool = False) -> HazardKind:
         # x[mask] = v dispatches index_put; so does the backward of x[mask], which is how it shows up in a step.
         op = "boolean-mask index (its backward index_put)" if in_backward else "boolean-mask assignment"
         return HazardKind(op, _MASK)
-    if label.endswith("(device to host)"):
+    if label.startswith("Tensor.numpy"):
+        kind = HazardKind(".numpy() of device data: a TypeError on CUDA", "copy once with .cpu() first, at the end")
+    elif label.startswith("Tensor.") and label.endswith("(device to host)"):
+        # Seen at the Python API: name the call the user wrote.
+        method = label.split()[0].removeprefix("Tensor.")
+        shown = {"__format__": "formatting", "__repr__": "printing"}.get(method, f".{method}()")
+        kind = HazardKind(f"device-to-host copy ({shown})", _COPY)
+    elif label.endswith("(device to host)"):
         kind = HazardKind("device-to-host copy", _COPY)
     elif label in _KINDS:
         kind = _KINDS[label]

@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pitfalls._checks import check_int_at_least
-from pitfalls.probes.sites import HazardLocator, HazardSite
+from pitfalls.probes.sites import CallSite, HazardLocator, HazardSite
 from pitfalls.probes.syncs import HazardCounts
 from pitfalls.probes.trace import export_trace
 from pitfalls.targets import FORMS, ScannedCodeError, TargetError, call_scanned, load_target, scanned_traceback
@@ -82,6 +82,17 @@ class ScanReport:
                     "count": site.count,
                     "per_call": self.site_per_call(site),
                     "rewrite": site.kind.rewrite,
+                    "call_sites": [
+                        {
+                            "count": call.count,
+                            "per_call": call.count / self.calls,
+                            "frames": [
+                                {"path": f.path, "line": f.lineno, "function": f.function, "code": f.code}
+                                for f in call.frames
+                            ],
+                        }
+                        for call in site.call_sites
+                    ],
                 }
                 for site in self.sites
             ],
@@ -141,6 +152,12 @@ def _calls(report: ScanReport) -> str:
     return f"{calls(report.calls)} counted after {calls(report.warmup)} of warm-up"
 
 
+def _shown_call_sites(site: HazardSite) -> tuple[CallSite, ...]:
+    """The call sites worth a row under a hazard: those of a line reached from more than one caller line."""
+    calls = tuple(call for call in site.call_sites if call.frames)
+    return calls if len({call.frames[0] for call in calls}) > 1 else ()
+
+
 def render(report: ScanReport, console: Console) -> None:
     """Print a report as a table ranked by count, or say that nothing was found."""
     if not report.sites:
@@ -162,10 +179,20 @@ def render(report: ScanReport, console: Console) -> None:
         # Text, not markup: code such as x[mask] would otherwise be read as a rich style tag.
         cells = (where, code, site.kind.op, f"{report.site_per_call(site):g}", site.kind.rewrite)
         table.add_row(*(Text(cell) for cell in cells))
+        for call in _shown_call_sites(site):
+            caller = call.frames[0]
+            table.add_row(
+                Text(f"  <- {caller.short_where()}", style="dim"),
+                Text(caller.code, style="dim"),
+                Text("called from", style="dim"),
+                Text(f"{call.count / report.calls:g}", style="dim"),
+                Text(""),
+            )
     console.print(table)
     console.print(
         "counted on the eager program (compiled code runs eagerly while scanned); "
-        "backward ops are shown at the forward line that built them"
+        "backward ops are shown at the forward line that built them; a line reached from several callers lists "
+        "them under it (<-); --json gives every caller chain"
     )
 
 

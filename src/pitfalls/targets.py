@@ -23,7 +23,9 @@ from types import ModuleType, TracebackType
 from pitfalls._import import file_module
 from pitfalls.probes.sites import is_user_file
 
-__all__ = ["ScannedCodeError", "Target", "TargetError", "call_scanned", "load_target", "scanned_traceback"]
+__all__ = [
+    "ScannedCodeError", "Target", "TargetError", "call_scanned", "load_target", "resolve_named", "scanned_traceback"
+]
 
 FORMS = "FILE.py:NAME, MODULE:NAME or FAMILY/VARIANT"
 
@@ -190,3 +192,24 @@ def load_target(text: str) -> Target:
         step = _check_no_arguments(text, f"the step {name}() returned", returned)
         return Target(text, step, warmed_up=False)
     return Target(text, named, warmed_up=True)
+
+
+def resolve_named(text: str) -> object:
+    """The object that ``FILE.py:NAME`` or ``MODULE:NAME`` names, its module loaded (nothing called).
+
+    Args:
+        text: FILE.py:NAME or MODULE:NAME.
+
+    Returns:
+        The named object.
+
+    Raises:
+        TargetError: malformed, missing file or module, or no such name.
+        ScannedCodeError: the user's module raised while it was loaded.
+    """
+    location, _, name = text.rpartition(":")
+    if not location or not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", name):
+        raise TargetError(f"{text!r} is not FILE.py:NAME or MODULE:NAME")
+    is_file = location.endswith(".py") or "/" in location or "\\" in location
+    module = _load_file(text, location) if is_file else _import_module(text, location)
+    return _attribute(text, module, location, name)

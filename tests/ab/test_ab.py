@@ -14,6 +14,7 @@ import itertools
 
 import pytest
 import torch.utils._pytree as pytree
+from skips import allowed
 
 from pitfalls.devices import available_devices, synchronize
 from pitfalls.family import SkipCase
@@ -48,6 +49,10 @@ def test_ab(benchmark, family, variant, sizes, device):
     try:
         case = entry.build(variant, device=device, **sizes)
     except SkipCase as skip:  # a variant that needs what this machine lacks (loader's gpu_decode)
+        # Only a reason on the allow-list skips: a wrong memory estimate ("does not fit") must fail, not hide.
+        if allowed(skip.reason) is None:
+            pytest.fail(f"{family}/{variant} {sizes} {device} skipped for a reason not on tests/skips.py's "
+                        f"allow-list: {skip.reason}")
         pytest.skip(skip.reason)
     benchmark.group = f"{family} {' '.join(f'{k}={v}' for k, v in sizes.items())} {device}"
     benchmark.extra_info.update(family=family, variant=variant, device=device, **sizes)

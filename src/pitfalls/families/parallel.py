@@ -44,42 +44,49 @@ starts.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import torch
 from torch import Tensor
 
+from pitfalls.devices import fits
 from pitfalls.families.loss import estimate_train_step_bytes
-from pitfalls.families.parallel_launch import RankFailed, RankGroup
+from pitfalls.families.parallel_calibration import CHECKS
+from pitfalls.families.parallel_launch import DdpGroup, RankFailed
 from pitfalls.families.parallel_step import (
     DATA_PARALLEL,
     DATA_PARALLEL_LOSS_INSIDE,
     DDP,
     NEEDS_GPUS,
+    NUM_CLASSES,
     SINGLE,
     VARIANTS,
     RankFigures,
+    Shard,
     StepConfig,
     Trainer,
     initial_net,
     make_trainer,
+    seeded_images,
     synchronize_all,
     utilization,
 )
 from pitfalls.family import SPEEDUP, TIME, Case, Comparison, Family, OwnFigure, Param, SkipCase
 from pitfalls.probes.nvml import NvmlSampler
 from pitfalls.probes.result import Unavailable
-from pitfalls.probes.timing import wall_time
 
 
 class Runner(Protocol):
     """What a case of this family calls: a `Trainer` in this process, or a `parallel_launch.RankGroup`."""
 
     def __call__(self) -> Any: ...
+
+    def block(self, units: int) -> float: ...
 
     def measure(self) -> list[RankFigures]: ...
 
@@ -119,7 +126,8 @@ def rank_threads(world_size: int) -> int:
 
 # --- the family's own figures -----------------------------------------------------------------------------------
 
-WARMUP_CALLS = 2
+# Steps each process times for the family's own figures (samples/s): the same routine as the speedup's blocks.
+FIGURE_STEPS = 10
 
 
 @dataclass(frozen=True)
@@ -127,32 +135,40 @@ class ParallelFigures:
     """The family's own figures of one case (besides asv's time per step and the speedup over ``single``).
 
     Attributes:
-        step_s: median seconds per step, timed around calls in the benchmark process (torch.utils.benchmark).
+        step_s: seconds per step: each process times `FIGURE_STEPS` steps after a barrier, and this is the slowest
+            process's median (`pitfalls.distributed.step_seconds`), for every variant.
         samples_per_s: the global batch over ``step_s``.
         ranks: each rank's (device's) time and peak memory over one step, rank 0 first.
         communication_s: seconds of one profiled step in which communication was in flight, averaged over the
-            processes.
+            processes (including waiting for a slower peer and what overlaps the backward).
+        exposed_communication_s: seconds communication adds to a step: the step time minus the same step's
+            under DDP's ``no_sync()`` (ddp only).
         busy_pct: NVML's GPU utilization per device, rank 0 first, while the case loops; GPUs only.
     """
 
-    step_s: float
-    samples_per_s: float
-    ranks: tuple[RankFigures, ...]
+    step_s: float | Unavailable
+    samples_per_s: float | Unavailable
+    ranks: tuple[RankFigures, ...] | Unavailable
     communication_s: float | Unavailable
     busy_pct: tuple[float, ...] | Unavailable
+    exposed_communication_s: float | Unavailable = Unavailable("not measured")
 
-    def rank0_memory(self) -> int:
-        return self.ranks[0].peak_bytes
+    def rank0_memory(self) -> int | Unavailable:
+        return self.ranks if isinstance(self.ranks, Unavailable) else self.ranks[0].peak_bytes
 
     def others_memory(self) -> float | Unavailable:
         """Mean peak memory of the ranks other than rank 0."""
+        if isinstance(self.ranks, Unavailable):
+            return self.ranks
         others = [r.peak_bytes for r in self.ranks[1:]]
         return sum(others) / len(others) if others else Unavailable("one rank: no other rank to compare")
 
     def memory_imbalance(self) -> float | Unavailable:
         """Rank 0's peak memory over the others' mean (1 = balanced; DataParallel's GPU 0 holds more)."""
-        others = self.others_memory()
-        return others if isinstance(others, Unavailable) else self.ranks[0].peak_bytes / others
+        others, rank0 = self.others_memory(), self.rank0_memory()
+        if isinstance(others, Unavailable):
+            return others
+        return rank0 if isinstance(rank0, Unavailable) else rank0 / others
 
     def rank0_busy(self) -> float | Unavailable:
         return self.busy_pct if isinstance(self.busy_pct, Unavailable) else self.busy_pct[0]
@@ -192,38 +208,54 @@ def busy_per_device(case: Case, seconds: float) -> tuple[float, ...] | Unavailab
     return tuple(busy)
 
 
-def measure_figures(case: Case, *, min_run_time: float = 1.0, nvml_seconds: float = 2.0) -> ParallelFigures:
+def measure_figures(case: Case, *, steps: int = FIGURE_STEPS, nvml_seconds: float = 2.0) -> ParallelFigures:
     """Measure a built case's own figures: samples/s, each rank's memory, communication, NVML busy per GPU.
 
     Args:
-        case: a case of this family (it is warmed up first).
-        min_run_time: seconds torch.utils.benchmark spends timing steps.
+        case: a case of this family.
+        steps: steps each process times (`Runner.block`, the routine of the speedup too).
         nvml_seconds: seconds the case loops while NVML samples each GPU (GPUs only).
     """
     runner = cast(Runner, case.call)
-    devices = case_devices(case)
-
-    def step() -> None:
-        runner()
-        synchronize_all(devices)
-
-    timing = wall_time(step, warmup=WARMUP_CALLS, min_run_time=min_run_time)
+    step_s = figure(lambda: runner.block(steps))
     global_batch = int(case.params["world_size"]) * int(case.params["batch"])
     return ParallelFigures(
-        step_s=timing.median_s,
-        samples_per_s=global_batch / timing.median_s,
-        ranks=tuple(runner.measure()),
-        communication_s=runner.communication(),
-        busy_pct=busy_per_device(case, nvml_seconds),
+        step_s=step_s,
+        samples_per_s=step_s if isinstance(step_s, Unavailable) else global_batch / step_s,
+        ranks=figure(lambda: tuple(runner.measure())),
+        communication_s=figure(runner.communication),
+        busy_pct=figure(lambda: busy_per_device(case, nvml_seconds)),
+        exposed_communication_s=figure(lambda: exposed_communication(runner, steps)),
     )
 
 
+def exposed_communication(runner: Runner, steps: int) -> float | Unavailable:
+    """What communication costs a step (ddp): its step time minus that of the same step without the all-reduce."""
+    if not isinstance(runner, DdpGroup):
+        return Unavailable("no DDP all-reduce to leave out: measured for ddp only")
+    return runner.exposed_communication(steps)
+
+
+T = TypeVar("T")
+
+
+def figure(measure: Callable[[], T | Unavailable]) -> T | Unavailable:
+    """One figure, or n/a with the error that stopped it: one figure's failure (a rank that raised or hung) is
+    reported in its place, and the other figures are still measured (those of a stopped group say so)."""
+    try:
+        return measure()
+    except (RankFailed, RuntimeError, OSError, ValueError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        return Unavailable(f"failed: {type(error).__name__}: {first}")
+
+
 def make_runner(variant: str, device: torch.device, config: StepConfig) -> Runner:
-    """What a case of a variant calls: a `Trainer` here, or for ddp a `parallel_launch.RankGroup` whose ranks are
-    started now. Raises `SkipCase` first when this machine cannot run it."""
+    """What a case of a variant calls: a `Trainer` here, or for ddp a `parallel_launch.DdpGroup` whose ranks are
+    started now. Raises `SkipCase` first when this machine cannot run it (no devices, or no memory for it)."""
     check_devices(variant, device, config.world_size)
+    check_memory(variant, device, config)
     if variant == DDP:
-        return RankGroup(config, device.type, threads=rank_threads(config.world_size))
+        return DdpGroup(config, device.type, threads=rank_threads(config.world_size))
     return make_trainer(variant, device, config)
 
 
@@ -232,14 +264,54 @@ def build(variant: str, device: torch.device, compiled: bool, params: dict[str, 
     runner = make_runner(variant, device, StepConfig(**params))
     if isinstance(runner, Trainer):
         return Case(FAMILY.name, variant, device, compiled, params, runner, runner.forward,
-                    (runner.images, runner.labels))
-    return Case(FAMILY.name, variant, device, compiled, params, runner, close=runner.close)
+                    (runner.images, runner.labels), block=runner.block)
+    return Case(FAMILY.name, variant, device, compiled, params, runner, close=runner.close, block=runner.block)
+
+
+# --- memory: what each device holds -----------------------------------------------------------------------------
+
+# Bytes per pixel of what DataParallel gathers on device 0 and the loss makes of it: the gathered float32 logits,
+# the loss's log-softmax of them, and their gradient in backward (C channels each).
+_GATHERED_COPIES = 3
+
+
+def device_estimates(variant: str, params: Mapping[str, Any]) -> tuple[int, ...]:
+    """Peak bytes of the step on each device, device 0 first, before anything is allocated.
+
+    ``single`` holds the whole global batch on one device; a ``ddp`` rank holds its 1/W; a DataParallel replica
+    holds its 1/W, and device 0 also the gathered outputs of the whole global batch, their loss and its gradient
+    (``data_parallel``), or one scalar per replica (``data_parallel_loss_inside``).
+    """
+    world, batch, size = int(params["world_size"]), int(params["batch"]), int(params["image_size"])
+    share = estimate_train_step_bytes(batch, size)
+    if variant == SINGLE:
+        return (estimate_train_step_bytes(world * batch, size),)
+    if variant == DATA_PARALLEL:
+        gathered = _GATHERED_COPIES * 4 * NUM_CLASSES * world * batch * size * size
+        return (share + gathered,) + (share,) * (world - 1)
+    return (share,) * world
+
+
+def check_memory(variant: str, device: torch.device, config: StepConfig) -> None:
+    """Raise `SkipCase` when a device of the case would not hold its share (all of them on the host, for ranks
+    that share its memory)."""
+    needs = device_estimates(variant, {"world_size": config.world_size, "batch": config.batch,
+                                       "image_size": config.image_size})
+    if device.type == "cuda":
+        for index, needed in enumerate(needs):
+            ok, reason = fits(torch.device("cuda", index), needed)
+            if not ok:
+                raise SkipCase(f"{variant}: {reason}")
+    else:
+        ok, reason = fits(device, sum(needs))
+        if not ok:
+            raise SkipCase(f"{variant}: {reason}")
 
 
 def estimate(params: Mapping[str, Any]) -> int:
-    """The most any one device holds: the whole global batch's step, as ``single`` runs it (DataParallel's GPU 0
-    and every DDP rank hold less)."""
-    return estimate_train_step_bytes(params["world_size"] * params["batch"], params["image_size"])
+    """The least one device holds for any variant (one rank's share): the family's coarse check before build;
+    each variant's own per-device estimate (`device_estimates`) is checked when it is built."""
+    return min(min(device_estimates(variant, params)) for variant in VARIANTS)
 
 
 # --- the equivalence gate ---------------------------------------------------------------------------------------
@@ -254,6 +326,9 @@ GATE_DTYPE = "float64"
 UPDATE_RTOL = 1e-9
 
 
+GATE_STEPS = 2  # the second step is the first to use the momentum buffer
+
+
 def one_step_update(runner: Runner, config: StepConfig) -> dict[str, Tensor]:
     """Run one step and return how much it moved each weight (new minus initial)."""
     initial = initial_net(config).state_dict()
@@ -261,17 +336,60 @@ def one_step_update(runner: Runner, config: StepConfig) -> dict[str, Tensor]:
     return {name: value - initial[name] for name, value in runner.state().items()}
 
 
+def updates_after(runner: Runner, config: StepConfig, steps: int = GATE_STEPS) -> list[dict[str, Tensor]]:
+    """Run ``steps`` steps; return each process's (each rank's) weights moved from the initial ones and its
+    momentum buffers, rank 0 first."""
+    initial = {f"net.{name}": value for name, value in initial_net(config).state_dict().items()}
+    for _ in range(steps):
+        runner()
+    states = [runner.full_state()] if isinstance(runner, Trainer) else cast(DdpGroup, runner).states()
+    return [{name: value - initial[name] if name in initial else value for name, value in state.items()}
+            for state in states]
+
+
 def compare_updates(got: Mapping[str, Tensor], want: Mapping[str, Tensor]) -> tuple[float, list[str]]:
     """The largest difference between two steps' updates, and the weights whose update differs by more than
-    ``UPDATE_RTOL`` of the largest update."""
+    ``UPDATE_RTOL`` of the largest update (a weight missing from ``got`` differs)."""
     scale = max(float(w.abs().max()) for w in want.values())
-    worst = max(float((got[name] - w).abs().max()) for name, w in want.items())
-    differing = [name for name, w in want.items() if not torch.allclose(got[name], w, rtol=0, atol=UPDATE_RTOL * scale)]
+    worst = max(float((got[name] - w).abs().max()) if name in got else math.inf for name, w in want.items())
+    differing = [name for name, w in want.items()
+                 if name not in got or not torch.allclose(got[name], w, rtol=0, atol=UPDATE_RTOL * scale)]
     return worst, differing
 
 
+def check_shards(shards: Sequence[Shard], config: StepConfig) -> list[str]:
+    """What is wrong with the samples the ranks trained on: the shards must tile the global batch, in order,
+    without overlap, and each hold the images of its range (checksum recomputed from the global batch).
+
+    Returns:
+        One line per fault; empty when the shards tile the batch.
+    """
+    faults = []
+    covered = [0] * config.global_batch
+    for rank, shard in enumerate(shards):
+        if shard.first < 0 or shard.count < 1 or shard.first + shard.count > config.global_batch:
+            faults.append(f"rank {rank} trained on images {shard.first}..{shard.first + shard.count - 1}, "
+                          f"outside the global batch of {config.global_batch}")
+            continue
+        for index in range(shard.first, shard.first + shard.count):
+            covered[index] += 1
+        images, _ = seeded_images(shard.first, shard.count, config.image_size, config.num_classes, config.seed)
+        want = Shard.of(shard.first, images.to(config.torch_dtype)).checksum
+        if not math.isclose(shard.checksum, want, rel_tol=1e-9, abs_tol=1e-6):
+            faults.append(f"rank {rank}'s images are not images {shard.first}..{shard.first + shard.count - 1} "
+                          f"(checksum {shard.checksum:.6g}, want {want:.6g})")
+    overlap = [i for i, n in enumerate(covered) if n > 1]
+    skipped = [i for i, n in enumerate(covered) if n == 0]
+    if overlap:
+        faults.append(f"images {overlap} were trained on by more than one rank")
+    if skipped:
+        faults.append(f"images {skipped} were trained on by no rank")
+    return faults
+
+
 def compare(family: Family, variant: str, device: torch.device) -> Comparison:
-    """One step of a variant against one step of ``single`` on the same global batch: the updated weights.
+    """Two steps of a variant against two steps of ``single`` on the same global batch: every rank's weights and
+    momentum buffers, and (ddp) which samples each rank trained on.
 
     At the smoke size with 2 ranks (on a machine with one GPU, ddp runs 1 rank), in float64 (`GATE_DTYPE`).
     A variant this machine cannot run is a `Comparison.not_run` with the reason.
@@ -283,31 +401,42 @@ def compare(family: Family, variant: str, device: torch.device) -> Comparison:
     try:
         runner = make_runner(variant, device, config)
         try:
-            got = one_step_update(runner, config)
+            got = updates_after(runner, config)
+            shards = [runner.shard] if isinstance(runner, Trainer) else cast(DdpGroup, runner).shards()
         finally:
             runner.close()
     except SkipCase as skip:
         return Comparison.not_run(family.name, variant, str(device), skip.reason)
     except RankFailed as failure:
-        # A rank's error fails the gate like a wrong answer: its first line and its exception's line.
-        lines = str(failure).split("\n--- torchrun output")[0].strip().splitlines()
+        # A rank's error fails the gate like a wrong answer: its first line and its last.
+        lines = str(failure).split("\n--- rank")[0].strip().splitlines()
         return Comparison(family.name, variant, str(device), False, float("inf"), f"{lines[0]} {lines[-1]}")
-    worst, differing = compare_updates(got, one_step_update(make_trainer(SINGLE, device, config), config))
-    detail = f"updates differ in {', '.join(differing)}" if differing else ""
-    return Comparison(family.name, variant, str(device), not differing, worst, detail)
+    [want] = updates_after(make_trainer(SINGLE, device, config), config)
+    faults = check_shards(shards, config)
+    worst = 0.0
+    for rank, state in enumerate(got):
+        rank_worst, differing = compare_updates(state, want)
+        worst = max(worst, rank_worst)
+        if differing:
+            faults.append(f"rank {rank}: updates differ in {', '.join(differing)}")
+    return Comparison(family.name, variant, str(device), not faults, worst, "; ".join(faults))
 
 
 def own_figures(case: Case) -> list[OwnFigure]:
     """The family's own figures of a built case, for ``pitfalls probe`` (bench_parallel.Ranks has the same)."""
     figures = measure_figures(case)
     return [
-        ("samples per second", figures.samples_per_s, "samples/s", "the global batch over the median step"),
-        ("peak memory, rank 0", figures.rank0_memory() / 2**20, "MiB",
+        ("step time", _ms(figures.step_s), "ms", f"the slowest process's median of {FIGURE_STEPS} steps timed in it"),
+        ("samples per second", figures.samples_per_s, "samples/s", "the global batch over the step time"),
+        ("peak memory, rank 0", _mib(figures.rank0_memory()), "MiB",
          "CUDA max allocated on a GPU; USS at the end of the forward on the CPU"),
         ("peak memory, other ranks", _mib(figures.others_memory()), "MiB", "their mean"),
         ("memory imbalance", figures.memory_imbalance(), "x",
          "rank 0 over the others (DataParallel: GPU 0 holds more)"),
-        ("communication per step", figures.communication_s, "s", "profiled; averaged over the processes"),
+        ("communication in flight per step", figures.communication_s, "s",
+         "profiled; averaged over the processes; includes waiting for a peer and what overlaps the backward"),
+        ("exposed communication per step", figures.exposed_communication_s, "s",
+         "step time minus the same step's under no_sync(): what communication costs"),
         ("GPU busy, rank 0", figures.rank0_busy(), "%", "NVML"),
         ("GPU busy, other ranks", figures.others_busy(), "%", "NVML: the article's \"others cool down waiting\""),
     ]
@@ -315,6 +444,10 @@ def own_figures(case: Case) -> list[OwnFigure]:
 
 def _mib(value: float | Unavailable) -> float | Unavailable:
     return value if isinstance(value, Unavailable) else value / 2**20
+
+
+def _ms(value: float | Unavailable) -> float | Unavailable:
+    return value if isinstance(value, Unavailable) else value * 1e3
 
 
 FAMILY = Family(
@@ -342,4 +475,5 @@ FAMILY = Family(
     unit="step",
     floor=False,
     own_figures=own_figures,
+    calibrations=CHECKS,
 )

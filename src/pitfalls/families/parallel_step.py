@@ -8,6 +8,7 @@ are in `parallel`; the DDP launcher and rank entry point in `parallel_launch` an
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -21,6 +22,7 @@ import torch
 from torch import Tensor, nn
 from torch.profiler import ProfilerActivity, profile
 
+from pitfalls.distributed.steps import step_seconds, time_steps
 from pitfalls.families.loss import IGNORE, SegNet, make_loss
 from pitfalls.probes.nvml import NvmlSummary
 from pitfalls.probes.result import Unavailable
@@ -111,6 +113,29 @@ def initial_net(config: StepConfig) -> SegNet:
 
 
 @dataclass(frozen=True)
+class Shard:
+    """Which samples of the global batch a process trained on: an index range and a checksum of the images.
+
+    Attributes:
+        first: index of the first image in the global batch.
+        count: images.
+        checksum: the sum of the images it trained on, in float64 (the gate recomputes it from the global batch).
+    """
+
+    first: int
+    count: int
+    checksum: float
+
+    @classmethod
+    def of(cls, first: int, images: Tensor) -> Shard:
+        """The shard of ``images``, which claim to start at ``first``."""
+        return cls(first, int(images.shape[0]), float(images.detach().to("cpu", torch.float64).sum()))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"first": self.first, "count": self.count, "checksum": self.checksum}
+
+
+@dataclass(frozen=True)
 class RankFigures:
     """What one rank (a DDP process, or one device of a DataParallel step) measured over one step.
 
@@ -181,12 +206,15 @@ class Trainer:
         devices: every device the step runs on in this process (DataParallel: all of them).
         config: the step's configuration.
         rank: the global rank of the first device (DDP); 0 otherwise.
+        first: the index in the global batch of the first image it was given (its `Shard`).
         communicates: whether the step exchanges anything between devices (False for ``single``).
+        no_sync: DDP's ``no_sync``: the same step without the gradient all-reduce (exposed communication).
     """
 
     def __init__(self, net: nn.Module, forward: Callable[[Tensor, Tensor], Tensor], images: Tensor, labels: Tensor,
-                 devices: Sequence[torch.device], config: StepConfig, *, rank: int = 0,
-                 communicates: bool = True) -> None:
+                 devices: Sequence[torch.device], config: StepConfig, *, rank: int = 0, first: int = 0,
+                 communicates: bool = True,
+                 no_sync: Callable[[], contextlib.AbstractContextManager[Any]] | None = None) -> None:
         self.net = net
         self.forward = forward
         self.images, self.labels = images, labels
@@ -194,7 +222,9 @@ class Trainer:
         self.config = config
         self.rank = rank
         self.communicates = communicates
+        self.no_sync = no_sync
         self.optimizer = torch.optim.SGD(net.parameters(), lr=config.lr, momentum=config.momentum)
+        self.shard = Shard.of(first, images)
 
     def step(self, after_forward: Callable[[], None] | None = None) -> Tensor:
         """Run one step, queued on the device(s), not synchronized; return the loss."""
@@ -211,6 +241,11 @@ class Trainer:
 
     def synchronize(self) -> None:
         synchronize_all(self.devices)
+
+    def block(self, units: int) -> float:
+        """Seconds per step of ``units`` steps: the suite's one step routine (`pitfalls.distributed.time_steps`),
+        a world of one process."""
+        return step_seconds([time_steps(self.step, self.synchronize, units)])
 
     def measure(self) -> list[RankFigures]:
         """Run one step and return its time and peak memory, one entry per device this process drives."""
@@ -251,6 +286,23 @@ class Trainer:
         """The net's weights, copied to the host."""
         return {name: value.detach().cpu().clone() for name, value in self.net.state_dict().items()}
 
+    def step_without_communication(self) -> None:
+        """One step under DDP's ``no_sync()``: the same work without the gradient all-reduce (the weights drift
+        apart across ranks meanwhile; only its time is wanted)."""
+        if self.no_sync is None:
+            raise ValueError("only a DDP rank has a step without its communication (no_sync)")
+        with self.no_sync():
+            self.step()
+
+    def full_state(self) -> dict[str, Tensor]:
+        """The weights and the optimizer's momentum buffers (``momentum.<name>``), copied to the host."""
+        state = {f"net.{name}": value for name, value in self.state().items()}
+        for name, parameter in self.net.named_parameters():
+            buffer = self.optimizer.state.get(parameter, {}).get("momentum_buffer")
+            if buffer is not None:
+                state[f"momentum.{name}"] = buffer.detach().cpu().clone()
+        return state
+
     def close(self) -> None:
         """Nothing to release: the step runs in this process and its memory goes with the trainer."""
 
@@ -288,14 +340,15 @@ def make_trainer(variant: str, device: torch.device, config: StepConfig, *, rank
     net = initial_net(config).to(device)
     loss = make_loss("ignore_index", config.num_classes).to(device)
     share = config.batch if variant == DDP else config.global_batch
-    images, labels = seeded_images(rank * share if variant == DDP else 0, share, config.image_size,
-                                   config.num_classes, config.seed)
+    first = rank * share if variant == DDP else 0
+    images, labels = seeded_images(first, share, config.image_size, config.num_classes, config.seed)
     images, labels = images.to(device, config.torch_dtype), labels.to(device)
     if variant == SINGLE:
         return Trainer(net, lambda x, y: loss(net(x), y), images, labels, (device,), config, communicates=False)
     if variant == DDP:
         wrapped = nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
-        return Trainer(net, lambda x, y: loss(wrapped(x), y), images, labels, (device,), config, rank=rank)
+        return Trainer(net, lambda x, y: loss(wrapped(x), y), images, labels, (device,), config, rank=rank,
+                       first=first, no_sync=wrapped.no_sync)
     ids = [d.index for d in devices]
     if variant == DATA_PARALLEL:
         replicated = nn.DataParallel(net, device_ids=ids)

@@ -12,7 +12,10 @@ from pitfalls.probes.compiled import (
     first_call,
     reset_dynamo,
 )
-from pitfalls.probes.environment import environment
+
+# Exported as environment_facts: `pitfalls.probes.environment` stays the module, importable by its dotted path.
+from pitfalls.probes.environment import environment as environment_facts
+from pitfalls.probes.group_memory import GroupMemory, GroupMemorySampler, ProcessPeak
 from pitfalls.probes.nvml import (
     MetricSummary,
     NvmlSampler,
@@ -23,7 +26,7 @@ from pitfalls.probes.nvml import (
 )
 from pitfalls.probes.report import ProbeFigure, probe_case, render
 from pitfalls.probes.result import Unavailable, is_available
-from pitfalls.probes.sites import HazardLocator, HazardSite, LocatedHazards, SourceLine
+from pitfalls.probes.sites import CallSite, HazardLocator, HazardSite, LocatedHazards, SourceLine
 from pitfalls.probes.syncs import (
     HazardCounts,
     SyncCount,
@@ -36,6 +39,7 @@ from pitfalls.probes.timing import (
     CudaEventTiming,
     Speedup,
     WallTiming,
+    blocked_speedup,
     cuda_event_time,
     interleaved_speedup,
     wall_time,
@@ -43,10 +47,13 @@ from pitfalls.probes.timing import (
 from pitfalls.probes.trace import TraceResult, export_trace, hazard_ranges
 
 __all__ = [
+    "CallSite",
     "CompileReport",
     "CudaEventTiming",
     "FirstCall",
     "GraphBreak",
+    "GroupMemory",
+    "GroupMemorySampler",
     "HazardCounts",
     "HazardLocator",
     "HazardSite",
@@ -55,6 +62,7 @@ __all__ = [
     "NvmlSampler",
     "NvmlSummary",
     "NvmlTarget",
+    "ProcessPeak",
     "ProbeFigure",
     "Speedup",
     "SourceLine",
@@ -63,12 +71,13 @@ __all__ = [
     "TraceResult",
     "Unavailable",
     "WallTiming",
+    "blocked_speedup",
     "compile_failure_reason",
     "compile_probe",
     "count_cuda_syncs",
     "count_hazards",
     "cuda_event_time",
-    "environment",
+    "environment_facts",
     "export_trace",
     "first_call",
     "hazard_label",

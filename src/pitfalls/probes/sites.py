@@ -14,6 +14,10 @@ stacks the same way, and it is the only record of them torch keeps; `check_nan=F
 check would add an `isnan(...).any()` sync per node. Python code that runs during backward (a custom
 `autograd.Function.backward`, a tensor hook) keeps its own line: a user frame met before the engine's entry
 point wins over the forward stack.
+
+Each hazard also keeps its *call sites*: the user frames above its line, outwards up to the step (the first frame
+of the measuring machinery, the standard library, or the test runner), so that a hazard inside a shared helper is
+told apart by the line that called the helper, the line a user must rewrite.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import inspect
 import linecache
 import os
 import re
+import sysconfig
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
@@ -34,7 +39,7 @@ import torch
 from pitfalls.probes.syncs import HazardCounts, SyncHazardCounter
 from pitfalls.rewrites import HazardKind, describe
 
-__all__ = ["HazardLocator", "HazardSite", "LocatedHazards", "SourceLine", "is_user_file"]
+__all__ = ["CallSite", "HazardLocator", "HazardSite", "LocatedHazards", "SourceLine", "is_user_file"]
 
 _TORCH_DIR = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
@@ -47,6 +52,12 @@ _MACHINERY_FILES = frozenset(
 _FRAME_ENTRY = re.compile(r'\s*File "(?P<path>.+)", line (?P<lineno>\d+), in (?P<function>.+)')
 
 _Key = tuple[str, int, str]  # path, line number, function
+# Where the caller chain of a hazard stops: the step is called from here, never the user's code above it.
+_STOP_DIRS = tuple(
+    os.path.realpath(path) + os.sep for path in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]}
+)
+_STOP_PACKAGES = ("_pytest", "pluggy", "asv_runner", "asv")
+_MAX_CALLERS = 16
 
 
 @lru_cache(maxsize=4096)
@@ -96,6 +107,33 @@ class SourceLine:
         return f"{shown}:{self.lineno}"
 
 
+@lru_cache(maxsize=4096)
+def _is_boundary(filename: str) -> bool:
+    """Whether a frame's file is where the caller chain of a hazard stops (see the module docstring)."""
+    if filename.startswith("<"):
+        return filename.startswith("<frozen")
+    path = os.path.realpath(filename)
+    if path.startswith(_MACHINERY_DIRS) or path in _MACHINERY_FILES:
+        return True
+    if "site-packages" not in path and path.startswith(_STOP_DIRS):
+        return True
+    parts = Path(path).parts
+    return any(package in parts for package in _STOP_PACKAGES)
+
+
+@dataclass(frozen=True)
+class CallSite:
+    """One chain of user frames above a hazard's line, and how many of the line's hazards came through it.
+
+    Attributes:
+        frames: the callers, nearest first, up to the step; empty when the line is in the step itself.
+        count: the hazards, over the whole located region, dispatched through this chain.
+    """
+
+    frames: tuple[SourceLine, ...]
+    count: int
+
+
 @dataclass(frozen=True)
 class HazardSite:
     """The hazards of one kind dispatched from one source line.
@@ -105,12 +143,14 @@ class HazardSite:
         line: the user's source line, or None when no frame outside torch and the suite dispatched it.
         in_backward: the op ran in autograd's backward, on behalf of the forward line given.
         count: how many times, over the whole located region.
+        call_sites: the chains of callers above the line, most frequent first; their counts add up to `count`.
     """
 
     label: str
     line: SourceLine | None
     in_backward: bool
     count: int
+    call_sites: tuple[CallSite, ...] = ()
 
     @property
     def kind(self) -> HazardKind:
@@ -152,26 +192,58 @@ def _is_engine_entry(frame: FrameType) -> bool:
     return path == os.path.join(_TORCH_DIR, "autograd", "__init__.py") and name in ("backward", "grad")
 
 
-def _stack_key(frame: FrameType | None) -> tuple[_Key | None, bool]:
-    """The innermost user frame from `frame` outwards, and whether the engine's entry was passed to reach it."""
+def _callers(keys: list[tuple[_Key, bool]]) -> tuple[_Key, ...]:
+    """The user frames of `keys` (frame, is-boundary pairs, innermost first) up to the first boundary."""
+    found: list[_Key] = []
+    for key, boundary in keys:
+        if boundary or len(found) == _MAX_CALLERS:
+            break
+        if is_user_file(key[0]):
+            found.append(key)
+    return tuple(found)
+
+
+def _stack_frames(frame: FrameType | None) -> tuple[_Key | None, tuple[_Key, ...], bool]:
+    """The innermost user frame from `frame` outwards, its callers, and whether the engine's entry was passed."""
     passed_engine = False
     while frame is not None:
         code = frame.f_code
         if is_user_file(code.co_filename):
-            return (code.co_filename, frame.f_lineno, code.co_name), passed_engine
+            key = (code.co_filename, frame.f_lineno, code.co_name)
+            outer: list[tuple[_Key, bool]] = []
+            above = frame.f_back
+            while above is not None and len(outer) <= 4 * _MAX_CALLERS:
+                name = above.f_code.co_filename
+                outer.append(((name, above.f_lineno, above.f_code.co_name), _is_boundary(name)))
+                above = above.f_back
+            return key, _callers(outer), passed_engine
         passed_engine = passed_engine or _is_engine_entry(frame)
         frame = frame.f_back
-    return None, passed_engine
+    return None, (), passed_engine
+
+
+def _stack_key(frame: FrameType | None) -> tuple[_Key | None, bool]:
+    """The innermost user frame from `frame` outwards, and whether the engine's entry was passed to reach it."""
+    key, _, passed_engine = _stack_frames(frame)
+    return key, passed_engine
+
+
+def _forward_frames(node: object) -> tuple[_Key | None, tuple[_Key, ...]]:
+    metadata = getattr(node, "metadata", None)
+    entries = metadata.get("traceback_") if isinstance(metadata, dict) else None
+    keys: list[_Key] = []
+    for entry in reversed(entries or ()):  # innermost first
+        match = _FRAME_ENTRY.match(entry)
+        if match:
+            keys.append((match["path"], int(match["lineno"]), match["function"]))
+    for index, key in enumerate(keys):
+        if is_user_file(key[0]):
+            return key, _callers([(k, _is_boundary(k[0])) for k in keys[index + 1:]])
+    return None, ()
 
 
 def _forward_key(node: object) -> _Key | None:
-    metadata = getattr(node, "metadata", None)
-    entries = metadata.get("traceback_") if isinstance(metadata, dict) else None
-    for entry in reversed(entries or ()):
-        match = _FRAME_ENTRY.match(entry)
-        if match and is_user_file(match["path"]):
-            return match["path"], int(match["lineno"]), match["function"]
-    return None
+    return _forward_frames(node)[0]
 
 
 def _current_autograd_node() -> object | None:
@@ -181,18 +253,27 @@ def _current_autograd_node() -> object | None:
 
 def locate_dispatch() -> tuple[_Key | None, bool]:
     """The user's line of the op being dispatched now, and whether it runs in backward."""
+    key, _, in_backward = locate_dispatch_stack()
+    return key, in_backward
+
+
+def locate_dispatch_stack() -> tuple[_Key | None, tuple[_Key, ...], bool]:
+    """The user's line of the op being dispatched now, the user frames that called it, and whether in backward."""
     frame = inspect.currentframe()
     try:
-        key, passed_engine = _stack_key(frame)
+        key, callers, passed_engine = _stack_frames(frame)
     finally:
         del frame  # a frame held in a local would keep every caller's locals alive
     node = _current_autograd_node()
     if node is None:
-        return key, False
+        return key, callers, False
     if key is not None and not passed_engine:
-        return key, True  # the user's own Python running inside backward (custom Function, hook)
+        return key, callers, True  # the user's own Python running inside backward (custom Function, hook)
+    forward, forward_callers = _forward_frames(node)
+    if forward is not None:
+        return forward, forward_callers, True
     # No forward stack when the node was built before anomaly mode was on: fall back to the backward() call.
-    return _forward_key(node) or key, True
+    return key, callers, True
 
 
 class HazardLocator:
@@ -207,7 +288,7 @@ class HazardLocator:
 
     def __init__(self, *, label_ranges: bool = False) -> None:
         self._label_ranges = bool(label_ranges)
-        self._sites: Counter[tuple[str, _Key | None, bool]] = Counter()
+        self._sites: Counter[tuple[str, _Key | None, bool, tuple[_Key, ...]]] = Counter()
         self._counter: SyncHazardCounter | None = None
         self._stack: contextlib.ExitStack | None = None
 
@@ -228,16 +309,22 @@ class HazardLocator:
             stack.close()
 
     def _record(self, label: str) -> None:
-        key, in_backward = locate_dispatch()
-        self._sites[(label, key, in_backward)] += 1
+        key, callers, in_backward = locate_dispatch_stack()
+        self._sites[(label, key, in_backward, callers)] += 1
 
     @property
     def result(self) -> LocatedHazards:
-        """The hazards so far, each with its source line."""
-        sites = [
-            HazardSite(label, _source_line(key), in_backward, count)
-            for (label, key, in_backward), count in self._sites.items()
-        ]
+        """The hazards so far, each with its source line and the call sites above it."""
+        grouped: dict[tuple[str, _Key | None, bool], Counter[tuple[_Key, ...]]] = {}
+        for (label, key, in_backward, callers), count in self._sites.items():
+            grouped.setdefault((label, key, in_backward), Counter())[callers] += count
+        sites = []
+        for (label, key, in_backward), chains in grouped.items():
+            call_sites = tuple(
+                CallSite(tuple(line for line in map(_source_line, chain) if line is not None), n)
+                for chain, n in sorted(chains.items(), key=lambda item: (-item[1], item[0]))
+            )
+            sites.append(HazardSite(label, _source_line(key), in_backward, sum(chains.values()), call_sites))
         sites.sort(key=lambda s: (-s.count, s.line.path if s.line else "", s.line.lineno if s.line else 0, s.label))
         counts = self._counter.result if self._counter is not None else HazardCounts()
         return LocatedHazards(sites=tuple(sites), counts=counts)

@@ -21,8 +21,21 @@ What the dispatch mode sees, and what it does not:
 
 Precision beyond the tags: `aten.index.Tensor` is tagged as a whole but only syncs when an index is a boolean
 (or uint8) mask; integer indexing is asynchronous. `aten.index_put_` (what `x[mask] = v` dispatches to) is not
-tagged, yet with a boolean mask it calls nonzero inside the kernel. `repeat_interleave.Tensor` is asynchronous
-when `output_size` is given. A blocking copy from an accelerator to the CPU (`.cpu()`, `.tolist()`) is a sync.
+tagged, yet with a boolean mask it calls nonzero inside the kernel, except on ATen's `masked_fill_` path (below).
+`repeat_interleave.Tensor` is asynchronous when `output_size` is given. A blocking copy from an accelerator to the
+CPU (`.cpu()`, `.tolist()`, printing) is a sync: `pitfalls.probes.hostcopy` sees those at the Python API, where a
+CPU run sees them too, and the counter counts each once.
+
+ATen's masked_fill_ path. `_index_put_impl_` (aten/src/ATen/native/TensorAdvancedIndexing.cpp) calls
+`canDispatchToMaskedFill` (TensorAdvancedIndexingUtils.h) when `accumulate` is false, and when that says yes runs
+`self.masked_fill_(mask, value.item())` instead of indexing: no nonzero, no sync. It says yes when `value` has one
+element and lives on the CPU, and among `indices` exactly one is defined, a kBool or kByte mask on `self`'s
+device (undefined entries, `x[:, mask]`, are allowed). The rule reads the same in torch 2.11, 2.13 and 2.14.
+`THPVariable_setitem` (torch/csrc/autograd/python_variable_indexing.cpp) makes a Python scalar into a CPU tensor
+when `self` is on CUDA (`valueToTensor(self_.options(), py_value, at::Device(kCPU))`), so `x[mask] = 0` never
+syncs, while `x[mask] = x.max()` (a one-element tensor on the device), `x[mask] = y[mask]` (many elements),
+`x[m1, m2] = 0` (two indices) and the backward of `x[mask]` (`accumulate=True`) do. On a CPU run every value is
+on the CPU; whether the CUDA program would hold it there is the value's provenance (`hostcopy.Provenance`).
 """
 
 from __future__ import annotations
@@ -40,6 +53,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from pitfalls._checks import check_callable, check_int_at_least
 from pitfalls.probes._cuda import cuda_module
+from pitfalls.probes.hostcopy import HostCopyMode, Provenance
 from pitfalls.probes.result import Unavailable
 
 __all__ = [
@@ -59,6 +73,11 @@ HAZARD_TAGS = (torch.Tag.dynamic_output_shape, torch.Tag.data_dependent_output)
 CUDA_SYNC_WARNING = "called a synchronizing CUDA operation"
 
 _MASK_DTYPES = (torch.bool, torch.uint8)
+# Ops whose CUDA kernel syncs more than once per call; every other hazard syncs once. bincount reads
+# `self.min().cpu()` and then `self.max().item()` (aten/src/ATen/native/cuda/SummaryOps.cu, _bincount_cuda_template);
+# repeat_interleave without output_size reads `cumsum[-1].item()` and `(repeats >= 0).all().item()`
+# (aten/src/ATen/native/Repeat.h, repeat_interleave_common). Both read the same in torch 2.11, 2.13 and 2.14.
+SYNCS_PER_CALL = {"aten.bincount.default": 2, "aten.repeat_interleave.Tensor": 2}
 _INDEX_OPS = frozenset({"aten.index.Tensor"})
 _INDEX_PUT_OPS = frozenset(
     {"aten.index_put_.default", "aten.index_put.default", "aten._index_put_impl_.default"}
@@ -70,6 +89,39 @@ def _has_mask_index(indices: object) -> bool:
     if not isinstance(indices, (list, tuple)):
         return False
     return any(isinstance(i, torch.Tensor) and i.dtype in _MASK_DTYPES for i in indices)
+
+
+def _is_masked_fill(self: object, indices: object, value: object, accumulate: bool, value_on_host: bool) -> bool:
+    """ATen's `canDispatchToMaskedFill` with `accumulate=False` (see the module docstring)."""
+    if accumulate or not isinstance(self, torch.Tensor) or not isinstance(value, torch.Tensor):
+        return False
+    if value.numel() != 1 or not value_on_host:
+        return False
+    defined = [i for i in indices if i is not None] if isinstance(indices, (list, tuple)) else []
+    return (
+        len(defined) == 1
+        and isinstance(defined[0], torch.Tensor)
+        and defined[0].dtype in _MASK_DTYPES
+        and defined[0].device == self.device
+    )
+
+
+def _index_put_label(name: str, args: tuple, kwargs: Mapping[str, Any], value_on_host: bool | None) -> str | None:
+    indices = args[1] if len(args) > 1 else kwargs.get("indices")
+    if not _has_mask_index(indices):
+        return None
+    self = args[0] if args else kwargs.get("self")
+    value = args[2] if len(args) > 2 else kwargs.get("values")
+    accumulate = bool(args[3] if len(args) > 3 else kwargs.get("accumulate", False))
+    if value_on_host is None:
+        # Without provenance only the devices can tell: on a CPU run, take the value for device data.
+        value_on_host = (
+            isinstance(value, torch.Tensor) and isinstance(self, torch.Tensor)
+            and value.device.type == "cpu" and self.device.type != "cpu"
+        )
+    if _is_masked_fill(self, indices, value, accumulate, value_on_host):
+        return None
+    return f"{name} (bool mask)"
 
 
 def _is_blocking_device_to_host_copy(name: str, args: tuple, kwargs: Mapping[str, Any]) -> bool:
@@ -96,20 +148,30 @@ def _is_blocking_device_to_host_copy(name: str, args: tuple, kwargs: Mapping[str
     return False
 
 
-def hazard_label(func: torch._ops.OpOverload, args: tuple, kwargs: Mapping[str, Any]) -> str | None:
+def hazard_label(
+    func: torch._ops.OpOverload,
+    args: tuple,
+    kwargs: Mapping[str, Any],
+    *,
+    value_on_host: bool | None = None,
+) -> str | None:
     """Name the sync hazard an ATen call is, or return None when the call is asynchronous.
 
     Args:
         func: the ATen overload being dispatched.
         args: its positional arguments.
         kwargs: its keyword arguments.
+        value_on_host: for index_put, whether the CUDA program would hold the value on the host (a Python scalar,
+            a host-made tensor); None reads it from the devices, which on a CPU run says no.
 
     Returns:
         The op's name (e.g. "aten.nonzero.default"), qualified for the mask forms of indexing
         ("aten.index.Tensor (bool mask)") and copies ("aten._to_copy.default (device to host)"), or None.
     """
     name = str(func)
-    if name in _INDEX_OPS or name in _INDEX_PUT_OPS:
+    if name in _INDEX_PUT_OPS:
+        return _index_put_label(name, args, kwargs, value_on_host)
+    if name in _INDEX_OPS:
         indices = args[1] if len(args) > 1 else kwargs.get("indices")
         return f"{name} (bool mask)" if _has_mask_index(indices) else None
     if name == "aten.repeat_interleave.Tensor":
@@ -123,10 +185,11 @@ def hazard_label(func: torch._ops.OpOverload, args: tuple, kwargs: Mapping[str, 
 
 @dataclass(frozen=True)
 class HazardCounts:
-    """Sync-hazard counts seen in one counted region.
+    """Sync-hazard counts seen in one counted region: the syncs the calls would make on CUDA.
 
     Attributes:
-        counts: (label, count) pairs sorted by label; see `hazard_label` for the labels.
+        counts: (label, count) pairs sorted by label; see `hazard_label` for the labels. An op that syncs
+            several times per call on CUDA (`SYNCS_PER_CALL`) counts that many.
         eager: always True: the counts are those of the eager program (compiled regions run eagerly while
             counting), stated so that a report never passes them off as compiled-code figures.
     """
@@ -172,15 +235,24 @@ class SyncHazardCounter(TorchDispatchMode):
         self._on_hazard = on_hazard
         self._counter: Counter[str] = Counter()
         self._stack: contextlib.ExitStack | None = None
+        self._provenance = Provenance()
 
     def __enter__(self) -> SyncHazardCounter:
         self._counter.clear()
+        self._provenance = Provenance()
         stack = contextlib.ExitStack()
         set_stance = getattr(torch.compiler, "set_stance", None)
         if set_stance is not None:
             stack.enter_context(set_stance("force_eager"))
         try:
             super().__enter__()
+        except BaseException:
+            stack.close()
+            raise
+        stack.callback(super().__exit__, None, None, None)
+        try:
+            # Host copies at the Python API; inside it, the ATen ops of a counted copy stay quiet (one count each).
+            stack.enter_context(HostCopyMode(self._provenance, self._hazard))
         except BaseException:
             stack.close()
             raise
@@ -193,21 +265,37 @@ class SyncHazardCounter(TorchDispatchMode):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        try:
-            super().__exit__(exc_type, exc, tb)
-        finally:
-            if self._stack is not None:
-                self._stack.close()
-                self._stack = None
+        if self._stack is not None:
+            stack, self._stack = self._stack, None
+            stack.close()  # the function mode, this dispatch mode, then the stance, innermost first
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 (torch's protocol)
-        kwargs = kwargs or {}
-        label = hazard_label(func, args, kwargs)
-        if label is None:
-            return func(*args, **kwargs)
+    def _hazard(self, label: str) -> None:
         self._counter[label] += 1
         if self._on_hazard is not None:
             self._on_hazard(label)
+
+    def _label(self, func: torch._ops.OpOverload, args: tuple, kwargs: Mapping[str, Any]) -> str | None:
+        provenance = self._provenance
+        if provenance.quiet:
+            return None  # inside a host copy already counted at the Python API
+        name = str(func)
+        if name in _INDEX_PUT_OPS:
+            pending = provenance.setitem_value_on_host
+            value = args[2] if len(args) > 2 else kwargs.get("values")
+            on_host = pending[-1] if pending else isinstance(value, torch.Tensor) and provenance.on_host(value)
+            return hazard_label(func, args, kwargs, value_on_host=on_host)
+        label = hazard_label(func, args, kwargs)
+        if label is not None and provenance.all_on_host((args, kwargs)):
+            return None  # every tensor is host-made: the CUDA program runs this op on the CPU
+        return label
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 (torch's protocol)
+        kwargs = kwargs or {}
+        label = self._label(func, args, kwargs)
+        if label is None:
+            return func(*args, **kwargs)
+        for _ in range(SYNCS_PER_CALL.get(label, 1)):
+            self._hazard(label)
         if not self._label_ranges:
             return func(*args, **kwargs)
         # Inside __torch_dispatch__ this mode is off, so record_function's own ops do not come back here.

@@ -23,6 +23,7 @@ __all__ = [
     "CudaEventTiming",
     "Speedup",
     "WallTiming",
+    "blocked_speedup",
     "cuda_event_time",
     "interleaved_speedup",
     "wall_time",
@@ -203,7 +204,7 @@ def interleaved_speedup(
         sync()
         return clock() - start
 
-    base_times, cand_times, ratios = [], [], []
+    pairs = []
     for i in range(rounds):
         b = timed(baseline)
         c = timed(candidate)
@@ -212,13 +213,52 @@ def interleaved_speedup(
                 f"clock reported a non-positive duration in round {i} (baseline {b!r} s, candidate {c!r} s); "
                 "the clock is too coarse or not monotonic"
             )
-        base_times.append(b)
-        cand_times.append(c)
-        ratios.append(b / c)
+        pairs.append((b, c))
+    return _median_speedup(pairs)
+
+
+def _median_speedup(pairs: list[tuple[float, float]]) -> Speedup:
+    """The `Speedup` of (baseline, candidate) times taken in pairs: the median of the per-pair ratios."""
+    base_times, cand_times = [b for b, _ in pairs], [c for _, c in pairs]
     return Speedup(
-        ratio=statistics.median(ratios),
-        ratios=tuple(ratios),
+        ratio=statistics.median(b / c for b, c in pairs),
+        ratios=tuple(b / c for b, c in pairs),
         baseline_median_s=statistics.median(base_times),
         candidate_median_s=statistics.median(cand_times),
-        rounds=rounds,
+        rounds=len(pairs),
     )
+
+
+def blocked_speedup(
+    baseline: Callable[[int], float],
+    candidate: Callable[[int], float],
+    *,
+    blocks: int = 5,
+    units: int = 1,
+) -> Speedup:
+    """Compare two cases by steady-state blocks, one case at a time: A B A B ... of ``units`` calls each.
+
+    For cases with worker processes, queues or ranks (`pitfalls.Case.block`): each block starts the case,
+    discards what it made in advance, times ``units`` calls and leaves nothing prefetching, so the case not being
+    timed cannot fill its queue at the other's expense. The ratio is the median of per-block-pair ratios.
+
+    Args:
+        baseline: ``baseline(units) -> seconds per call`` at steady state.
+        candidate: the same for the case compared with it.
+        blocks: block pairs timed (>= 1).
+        units: calls per block (>= 1).
+
+    Returns:
+        A `Speedup` whose ``rounds`` are block pairs.
+    """
+    check_callable("baseline", baseline)
+    check_callable("candidate", candidate)
+    check_int_at_least("blocks", blocks, 1)
+    check_int_at_least("units", units, 1)
+    pairs = []
+    for i in range(blocks):
+        b, c = baseline(units), candidate(units)
+        if b <= 0 or c <= 0:
+            raise ValueError(f"block {i} reported a non-positive time per call (baseline {b!r} s, candidate {c!r} s)")
+        pairs.append((b, c))
+    return _median_speedup(pairs)

@@ -18,6 +18,7 @@ from typing import Any
 
 from asv import util as asv_util
 
+from pitfalls.report.calibration import is_calibration_error
 from pitfalls.report.loading import LoadedResults
 from pitfalls.report.rows import FAILED, FLOOR, OK, SKIPPED, Row, baseline_variant, checked_rows, env_label, group
 
@@ -390,6 +391,25 @@ def _run_lines(env_rows: Sequence[Row], loaded: LoadedResults) -> list[str]:
     return lines + [""]
 
 
+def _calibration_lines(rows: Sequence[Row]) -> list[str]:
+    from pitfalls.calibration.run import all_checks
+    from pitfalls.report.calibration import calibration_lines
+
+    return calibration_lines(rows, all_checks())
+
+
+def _uncalibrated_lines(rows: Sequence[Row]) -> list[str]:
+    from pitfalls.calibration.marks import uncalibrated_benchmarks
+    from pitfalls.calibration.run import all_checks
+
+    marked = uncalibrated_benchmarks({(r.family, r.benchmark) for r in rows if r.in_suite}, all_checks())
+    if not marked:
+        return []
+    return ["## Uncalibrated figures", "",
+            "No check of `pitfalls calibrate` reads these figures on a known answer (see the README's \"How we know "
+            "the figures are right\"):", "", *[f"- `{name}`" for name in marked], ""]
+
+
 def summary_markdown(
     rows: LoadedResults | Sequence[Row],
     charts_by_family: Mapping[tuple[str, str, str, str], Sequence[str]] | None = None,
@@ -421,7 +441,9 @@ def summary_markdown(
         lines += ["Runs, newest first.", ""]
         for (env, commit), env_rows in sorted(runs.items(), key=lambda item: _newest_first(item[1]), reverse=True):
             lines += _run_lines(env_rows, loaded)
-            for family, family_rows in group([r for r in env_rows if r.in_suite], lambda r: r.family).items():
+            # The calibration errors have their own table (`_calibration_lines`), one row per check.
+            tabled = [r for r in env_rows if r.in_suite and not is_calibration_error(r)]
+            for family, family_rows in group(tabled, lambda r: r.family).items():
                 lines += _tables(family_rows, family)
                 for image in (charts_by_family or {}).get((machine, env, commit, family), ()):
                     lines += [f"![{family}: {Path(image).stem}]({image})", ""]
@@ -436,6 +458,8 @@ def summary_markdown(
                 ]
             for name, other_rows in others.items():
                 lines += _tables(other_rows, f"other: {name}")
+    lines += _calibration_lines(loaded.rows)
+    lines += _uncalibrated_lines(loaded.rows)
     comparison = comparison_markdown(loaded.compared)
     if comparison:
         lines += ["## Across torch versions", ""]

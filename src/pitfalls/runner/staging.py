@@ -1,8 +1,9 @@
 """A job's private staging folder, and the clean-up of folders left by jobs that were killed.
 
 asv writes into a copy of results/ inside the staging folder, and its temporary files (the forkserver's socket
-folder, each benchmark's scratch folder) go there too through TMPDIR, so removing the folder removes every trace
-of the run. While the job lives it holds an exclusive ``flock`` on ``<folder>/alive``; the lock dies with the
+folder, each benchmark's scratch folder) go there too through TMPDIR (or, under a path too deep for a socket, to a
+folder of the system's temporary directory that the staging folder names), so removing the folder removes every
+trace of the run. While the job lives it holds an exclusive ``flock`` on ``<folder>/alive``; the lock dies with the
 process, however it dies, so the next job can tell a folder of a killed job from one of a job still running,
 without trusting PIDs that the system may have reused.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +25,12 @@ __all__ = ["Stage", "remove_stale"]
 
 ALIVE = "alive"
 YOUNG_S = 60.0
+# Where TMPDIR went when the staging folder's own path was too long (its path, one line).
+ELSEWHERE = "tmpdir"
+# asv's forkserver binds a socket at TMPDIR/asv-forkserver-XXXXXXXX/socket; a Unix socket's path holds at most
+# 107 bytes, and a deep checkout (a CI workspace, pytest's tmp folders) passes that inside its staging folder.
+SOCKET_TAIL = len("/asv-forkserver-XXXXXXXX/socket")
+UNIX_PATH_MAX = 107
 
 
 def _held_by_a_live_job(folder: Path) -> bool:
@@ -59,15 +67,28 @@ def remove_stale(root: str | os.PathLike[str], log: Callable[[str], None]) -> li
         left = stop(str(folder))
         note = f", stopped {len(left)} process(es) it left running" if left else ""
         log(f"removing {folder}: the staging folder of an earlier run that was killed (never merged){note}")
+        _remove_tmp_elsewhere(folder)
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)
     return removed
 
 
+def _remove_tmp_elsewhere(folder: Path) -> None:
+    """Remove the TMPDIR a staging folder keeps outside itself (see `Stage`), if it has one."""
+    try:
+        elsewhere = Path((folder / ELSEWHERE).read_text().strip())
+    except OSError:
+        return
+    if elsewhere.name.startswith("pitfalls-run-"):  # only a folder a stage made
+        shutil.rmtree(elsewhere, ignore_errors=True)
+
+
 class Stage:
     """One job's staging folder under ``root``: ``results/`` for asv, ``tmp/`` for TMPDIR, and the alive lock.
 
-    Used as a context manager: entering creates the folder and takes the lock, leaving removes the folder.
+    Used as a context manager: entering creates the folder and takes the lock, leaving removes the folder. Where
+    ``tmp/`` would be too deep for asv's forkserver socket, TMPDIR is a short folder of the system's temporary
+    directory instead, named in the staging folder so that whoever removes the stage removes it too.
     """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
@@ -89,11 +110,16 @@ class Stage:
         self.path.mkdir()
         self._lock_fd = os.open(self.path / ALIVE, os.O_RDWR | os.O_CREAT, 0o644)
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
-        self.tmp.mkdir()
+        if len(os.fsencode(self.tmp)) + SOCKET_TAIL > UNIX_PATH_MAX:
+            self.tmp = Path(tempfile.mkdtemp(prefix="pitfalls-run-"))
+            (self.path / ELSEWHERE).write_text(f"{self.tmp}\n")
+        else:
+            self.tmp.mkdir()
         return self
 
     def remove(self) -> None:
         """Delete the folder and release the lock (safe to call twice)."""
+        _remove_tmp_elsewhere(self.path)
         shutil.rmtree(self.path, ignore_errors=True)
         if self._lock_fd is not None:
             os.close(self._lock_fd)

@@ -3,10 +3,11 @@ its workers (PSS/USS), batches and bytes in flight, and copy-on-write growth of 
 
 Memory is read with psutil's ``memory_full_info`` (Linux ``/proc/PID/smaps``): USS is what a process alone holds,
 PSS also its share of what it shares. Summed over the main process and its workers, PSS counts every page once
-where RSS would count a page shared by three processes three times. Batches that wait in the workers' queue are
-neither: a worker collates each batch into shared memory and hands over a file descriptor, so until the main
-process takes them they show in the system's ``Shmem`` (``psutil.virtual_memory().shared``), which the in-flight
-figure reads.
+where RSS would count a page shared by three processes three times. The peak figures are the whole group's,
+sampled in the background during the run (`memory.group_peak`). Batches that wait in the workers' queue
+are in neither sum: a worker collates each batch into a torch shared-memory segment and hands over its file
+descriptor, so the in-flight figure finds the segments through ``/proc/PID/fd`` and ``/proc/PID/maps`` of the main
+process and its workers (`torch_shared_segments`), each counted once.
 """
 
 from __future__ import annotations
@@ -18,15 +19,25 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import psutil
 import torch
 
 from pitfalls.devices import synchronize
-from pitfalls.families.loader import FAMILY, FLOOR, BatchStep, LoaderStep, make_step, nbytes
-from pitfalls.family import SkipCase
+from pitfalls.families.loader import steady
+from pitfalls.families.loader.entry import ENTRY
+from pitfalls.families.loader.epochs import epoch_starts
+from pitfalls.families.loader.memory import group_peak
+from pitfalls.families.loader.sizes import nbytes
+from pitfalls.families.loader.steps import BatchStep, LoaderStep, make_step
+from pitfalls.families.loader.verdict import judge
+from pitfalls.family import FLOOR, SkipCase
+from pitfalls.probes.group_memory import GroupMemory
 from pitfalls.probes.result import Unavailable
 
 _MIB = 2**20
+# A worker's USS moves by this much between two readings with nothing copied: with a planted data set that copies
+# nothing, and on the quick grid's rungs, the window's growth read -2.2 to +0.9 MiB per worker here (the heap that
+# malloc_trim returns, OpenCV's buffers, the interpreter's own). A growth below it is no copy-on-write figure.
+COW_NOISE_FLOOR_BYTES = 3 * _MIB
 # How often the workers' batch counters are read while the in-flight batches settle, and how long the queues'
 # feeder threads then get to hand the last batch over.
 SETTLE_POLL_S = 0.05
@@ -35,33 +46,7 @@ HAND_OVER_S = 0.25
 
 def case_params(variant: str, device: str, sizes: Mapping[str, Any]) -> tuple[torch.device, dict[str, Any]]:
     """Resolve a benchmark's or a caller's arguments: the device (SkipCase if absent) and every parameter."""
-    return FAMILY.place(variant, device, sizes)
-
-
-@dataclass(frozen=True)
-class GroupMemory:
-    """Memory of the main process and its workers, summed (bytes)."""
-
-    pss: int
-    uss: int
-    rss: int
-    processes: int
-
-
-def group_memory(worker_pids: Sequence[int]) -> GroupMemory:
-    """PSS, USS and RSS of this process plus ``worker_pids``, summed; a worker that has exited counts 0."""
-    pss = uss = rss = count = 0
-    for pid in (psutil.Process().pid, *worker_pids):
-        try:
-            info = psutil.Process(pid).memory_full_info()
-        except psutil.NoSuchProcess:
-            continue
-        pss, uss, rss, count = pss + info.pss, uss + info.uss, rss + info.rss, count + 1
-    return GroupMemory(pss, uss, rss, count)
-
-
-def _peak(a: GroupMemory, b: GroupMemory) -> GroupMemory:
-    return GroupMemory(max(a.pss, b.pss), max(a.uss, b.uss), max(a.rss, b.rss), max(a.processes, b.processes))
+    return ENTRY.place(variant, device, sizes)
 
 
 def _synced(step: BatchStep) -> None:
@@ -69,18 +54,13 @@ def _synced(step: BatchStep) -> None:
     synchronize(step.device)
 
 
-def samples_per_second(step: BatchStep, *, min_seconds: float = 1.0, min_batches: int = 3) -> float:
-    """Samples per second of an already warmed-up step, over at least ``min_batches`` batches and ``min_seconds``.
+def samples_per_second(step: BatchStep, *, min_seconds: float = steady.MIN_SECONDS) -> float:
+    """Samples per second of a case at steady state (`steady.run`: fresh workers, the batches they could have
+    made in advance discarded, then at least ten times as many timed, for at least ``min_seconds``).
 
     Each batch includes its copy to the device, the device-side normalize and the model step, synchronized.
     """
-    synchronize(step.device)
-    started = time.perf_counter()
-    batches = 0
-    while batches < min_batches or time.perf_counter() - started < min_seconds:
-        _synced(step)
-        batches += 1
-    return batches * step.params["batch"] / (time.perf_counter() - started)
+    return steady.run(step, min_seconds=min_seconds).samples_per_second
 
 
 def batch_nbytes(step: BatchStep) -> int:
@@ -116,7 +96,8 @@ def time_to_first_batch(variant: str, device: str, **sizes: Any) -> float:
 
 
 def peak_memory(variant: str, device: str, *, batches: int | None = None, **sizes: Any) -> GroupMemory:
-    """Peak PSS, USS and RSS of the main process plus its workers while a fresh loader delivers batches.
+    """Peak PSS, USS and RSS of the whole loader group (the main process and every worker) while a fresh loader
+    delivers batches, sampled every 15 ms in the background (`memory.group_peak`), collation included.
 
     Args:
         variant: a variant or the floor.
@@ -126,18 +107,14 @@ def peak_memory(variant: str, device: str, *, batches: int | None = None, **size
             depend on cores); one that does not fit in RAM is skipped.
 
     Returns:
-        The peaks, each sampled after every batch (the sums peak separately).
+        The sampler's figures: the group's peaks of the PSS, USS and RSS sums and each process's own.
     """
     where, params = case_params(variant, device, sizes)
     in_flight = params["num_workers"] * params["prefetch_factor"]
     count = batches or max(3, math.ceil(params["items"] / params["batch"]) + in_flight)
     step = make_step(variant, where, params, check_cores=False)
     try:
-        peak = group_memory(step.worker_pids())
-        for _ in range(count):
-            _synced(step)
-            peak = _peak(peak, group_memory(step.worker_pids()))
-        return peak
+        return group_peak(step, count)
     finally:
         step.close()
 
@@ -149,15 +126,15 @@ class InFlight:
     Attributes:
         batches: counted by the workers' collate function, minus the batches consumed.
         measured_bytes: torch's shared-memory segments held by the main process and its workers (each counted
-            once), plus, when batches are pinned, the main process's USS growth since just before the workers
-            started (the pin thread copies batches off the queue into page-locked memory).
+            once); n/a when batches are pinned: the pin thread copies batches off the queue into page-locked
+            memory of the main process, which no ``/proc`` reading tells apart from its other memory.
         bytes_per_batch: one batch as handed over, from its tensors.
         workers: num_workers.
         prefetch_factor: the DataLoader's prefetch_factor.
     """
 
     batches: int
-    measured_bytes: int
+    measured_bytes: int | Unavailable
     bytes_per_batch: int
     workers: int
     prefetch_factor: int
@@ -227,7 +204,6 @@ def in_flight(variant: str, device: str, *, consumed: int = 2, **sizes: Any) -> 
     step = make_step(variant, where, params, check_cores=False, start=False)
     assert isinstance(step, LoaderStep)
     try:
-        main_uss = psutil.Process().memory_full_info().uss
         # Segments this process maps already (another loader's batches still referenced) are not this loader's.
         earlier = set(torch_shared_segments([os.getpid()]))
         step.start()
@@ -239,8 +215,7 @@ def in_flight(variant: str, device: str, *, consumed: int = 2, **sizes: Any) -> 
 
         def held_now() -> int:
             segments = torch_shared_segments([os.getpid(), *step.worker_pids()])
-            held = sum(size for inode, size in segments.items() if inode not in earlier)
-            return held + (psutil.Process().memory_full_info().uss - main_uss if step.pin else 0)
+            return sum(size for inode, size in segments.items() if inode not in earlier)
 
         # The last batches made may still be on their way into shared memory (a queue's feeder thread hands each
         # over): read until two readings agree, so a busy machine does not catch one half-way.
@@ -251,7 +226,11 @@ def in_flight(variant: str, device: str, *, consumed: int = 2, **sizes: Any) -> 
             if again == held:
                 break
             held = again
-        return InFlight(step.board.batches_made() - consumed, held, per_batch, workers, params["prefetch_factor"])
+        measured: int | Unavailable = held
+        if step.pin:
+            measured = Unavailable("pinned batches: the pin thread holds copies in page-locked memory of the main "
+                                   "process, which no /proc reading tells apart from its other memory")
+        return InFlight(step.board.batches_made() - consumed, measured, per_batch, workers, params["prefetch_factor"])
     finally:
         step.close()
 
@@ -275,9 +254,18 @@ class CopyOnWrite:
     storage: str
 
     @property
-    def per_item(self) -> float:
-        """Window growth summed over workers, per item read: what reading one item copies."""
-        return sum(self.window) / max(self.items_read, 1)
+    def per_item(self) -> float | Unavailable:
+        """Window growth summed over workers, per item read: what reading one item copies; n/a when no item was
+        read in the window (a growth over nothing read is no figure, not 0), and n/a when the growth is below
+        `COW_NOISE_FLOOR_BYTES` per worker (a negative one among them: a heap cannot un-copy a page, it shrank)."""
+        if self.items_read <= 0:
+            return Unavailable("no item was read after the workers' first batch: nothing to divide the growth by")
+        floor = COW_NOISE_FLOOR_BYTES * len(self.window)
+        if sum(self.window) < floor:
+            return Unavailable(f"the workers grew {sum(self.window) / 1024:+,.0f} KiB over {self.items_read} items "
+                               f"read, below the noise floor of {COW_NOISE_FLOOR_BYTES / _MIB:g} MiB per worker (a "
+                               "worker's heap moves that much between readings with nothing copied): read more items")
+        return sum(self.window) / self.items_read
 
 
 def copy_on_write(variant: str, device: str, *, epochs: int = 1, **sizes: Any) -> CopyOnWrite:
@@ -301,19 +289,27 @@ def copy_on_write(variant: str, device: str, *, epochs: int = 1, **sizes: Any) -
     step = make_step(variant, where, params, check_cores=False, measure_uss=True)
     assert isinstance(step, LoaderStep)
     try:
-        # Each worker's first batch is before the window: consume one more per worker, so that the window
-        # still holds ``epochs`` epochs of reads.
-        for _ in range(epochs * math.ceil(params["items"] / params["batch"]) + params["num_workers"] + 1):
-            _synced(step)
-        board, startup, window, read = step.board, [], [], 0
-        for slot in range(len(board.pids)):
-            if board.batches_started[slot] >= 2:
-                startup.append(int(board.uss_reference[slot] - board.uss_at_start[slot]))
-                window.append(int(board.uss_latest[slot] - board.uss_reference[slot]))
-                read += (board.batches_started[slot] - 2) * params["batch"]
-        return CopyOnWrite(tuple(startup), tuple(window), read, params["storage"])
+        return copy_on_write_of(step, epochs)
     finally:
         step.close()
+
+
+def copy_on_write_of(step: LoaderStep, epochs: int = 1) -> CopyOnWrite:
+    """The copy-on-write figure of a started step built with ``measure_uss``: ``epochs`` epochs of reads after
+    each worker's first batch (the calibration plants a known copy through this same reading)."""
+    params = step.params
+    # Each worker's first batch is before the window: consume one more per worker, so that the window still holds
+    # ``epochs`` epochs of reads.
+    for _ in range(epochs * math.ceil(params["items"] / params["batch"]) + params["num_workers"] + 1):
+        _synced(step)
+    board, startup, window, read = step.board, [], [], 0
+    for slot in range(len(board.pids)):
+        batch, uss = board.uss_reading(slot)
+        if batch >= 2:
+            startup.append(int(board.uss_reference[slot] - board.uss_at_start[slot]))
+            window.append(int(uss - board.uss_reference[slot]))
+            read += (batch - 2) * params["batch"]
+    return CopyOnWrite(tuple(startup), tuple(window), read, params["storage"])
 
 
 def batch_step(case: Any) -> BatchStep:
@@ -344,19 +340,31 @@ def own_figures(case: Any) -> list[tuple[str, Any, str, str]]:
     def part(value: Any, read: Callable[[Any], Any]) -> Any:
         return value if isinstance(value, Unavailable) else read(value)
 
+    run = steady.run(batch_step(case))
+    judged = judge(run, batch_step(case).prefetching_workers)
+    starts = _or_reason(lambda: epoch_starts(variant, device, **sizes))
     formulas = part(flight, lambda f: f"DataLoader's workers x prefetch_factor x batch = {f.prefetch_bytes / MIB:.1f} "
                                       f"MiB; the article's workers x batch = {f.article_bytes / MIB:.1f} MiB")
     return [
-        ("samples per second", samples_per_second(batch_step(case)), "samples/s",
+        ("samples per second", run.samples_per_second, "samples/s",
          "loading, copy to the device, normalize and the model step, synchronized"),
+        ("wait share in next()", judged.wait_share, "share", judged.describe()),
+        ("starves the device below", part(judged.starves_below_s, lambda s: s * 1e3), "ms",
+         f"the step cost (model_ms={sizes.get('model_ms')} adds to the model step) below which the wait share "
+         f"exceeds {judged.threshold:.0%}"),
         ("bytes per batch", bytes_per_batch(variant, device, **sizes), "bytes", "from the tensors handed over"),
         ("time to first batch", _or_reason(lambda: time_to_first_batch(variant, device, **sizes)), "s",
          "a fresh loader, its workers' start included"),
-        ("peak PSS, main + workers", part(memory, lambda m: m.pss / MIB), "MiB", "a shared page counted once"),
-        ("peak USS, main + workers", part(memory, lambda m: m.uss / MIB), "MiB", "pages private to one process"),
+        ("epoch start, persistent_workers off", part(starts, lambda e: e.fresh), "s",
+         "the next epoch's first batch: new workers"),
+        ("epoch start, persistent_workers on", part(starts, lambda e: e.persistent), "s",
+         "the next epoch's first batch: the same workers"),
+        ("peak PSS, main + workers", part(memory, lambda m: m.peak_pss / MIB), "MiB", "a shared page counted once"),
+        ("peak USS, main + workers", part(memory, lambda m: m.peak_uss / MIB), "MiB", "pages private to one process"),
         ("batches in flight", part(flight, lambda f: f.batches), "batches", "made ahead of the consumer, at rest"),
-        ("bytes in flight", part(flight, lambda f: f.measured_bytes / MIB), "MiB",
+        ("bytes in flight", part(flight, lambda f: part(f.measured_bytes, lambda b: b / MIB)), "MiB",
          formulas if isinstance(formulas, str) else ""),
-        ("copied per item read (copy-on-write)", part(growth, lambda g: g.per_item / 1024), "KiB/item",
+        ("copied per item read (copy-on-write)", part(growth, lambda g: part(g.per_item, lambda b: b / 1024)),
+         "KiB/item",
          f"storage={sizes.get('storage')}: worker USS growth over an epoch"),
     ]

@@ -1,0 +1,74 @@
+"""Which published figures no calibration check reads: marked "uncalibrated" by `pitfalls probe` and the report."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pitfalls.calibration.published import ERROR_METHOD
+from pitfalls.calibration.table import (
+    CUDA_EVENT_TIME,
+    CUDA_PEAK_MEMORY,
+    CUDA_SYNCS,
+    GRAPH_BREAKS,
+    NVML_BUSY,
+    PEAK_MEMORY,
+    RECOMPILES,
+    SPEEDUP,
+    SYNC_HAZARDS,
+    TIME_PER_CALL,
+    Check,
+    calibrated_instruments,
+    own_instrument,
+)
+
+__all__ = ["instrument_of", "uncalibrated"]
+
+# The benchmark that publishes each check's error (`pitfalls.calibration.published`).
+_CALIBRATION_ERROR = ("calibration", ERROR_METHOD)
+# The instrument behind each figure `pitfalls probe` prints, and each asv benchmark method of the shared bases.
+_BY_NAME = {
+    "time per call": TIME_PER_CALL,
+    "time per call (CUDA events)": CUDA_EVENT_TIME,
+    "sync hazards per call": SYNC_HAZARDS,
+    "host-device syncs per call": CUDA_SYNCS,
+    "graph breaks": GRAPH_BREAKS,
+    "GPU busy (NVML utilization, sampled)": NVML_BUSY,
+    "CUDA max memory allocated": CUDA_PEAK_MEMORY,
+    "time": TIME_PER_CALL,
+    "peakmem": PEAK_MEMORY,
+    "track_speedup": SPEEDUP,
+    "track_sync_hazards": SYNC_HAZARDS,
+    "track_graph_breaks": GRAPH_BREAKS,
+    "track_recompiles": RECOMPILES,
+    "track_cuda_syncs": CUDA_SYNCS,
+    "track_cuda_peak_memory": CUDA_PEAK_MEMORY,
+    "track_gpu_busy": NVML_BUSY,
+}
+
+
+def instrument_of(family: str, figure: str) -> str:
+    """The instrument key of a figure: a shared one by its probe or asv name, else the family's own."""
+    if figure.startswith("speedup over"):
+        return SPEEDUP
+    if figure.startswith(("time_", "peakmem_")):
+        return _BY_NAME[figure.split("_", 1)[0]]
+    return _BY_NAME.get(figure, own_instrument(family, figure))
+
+
+def uncalibrated(family: str, figures: Iterable[str], checks: Iterable[Check]) -> list[str]:
+    """The figures (by name) that no check calibrates; breakdown lines (indented) and the trace are not figures."""
+    known = calibrated_instruments(checks)
+    return [f for f in figures if not f.startswith(" ") and f != "trace" and instrument_of(family, f) not in known]
+
+
+def uncalibrated_benchmarks(benchmarks: Iterable[tuple[str, str]], checks: Iterable[Check]) -> list[str]:
+    """The asv benchmarks (``(family, "bench_x.Class.method")``) whose figure no check calibrates, sorted."""
+    known = calibrated_instruments(checks)
+    marked = set()
+    for family, benchmark in benchmarks:
+        method = benchmark.rsplit(".", 1)[-1]
+        if (family, method) == _CALIBRATION_ERROR:  # the calibration table itself, not a figure of an instrument
+            continue
+        if instrument_of(family, method) not in known:
+            marked.add(benchmark)
+    return sorted(marked)

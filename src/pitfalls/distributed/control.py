@@ -1,0 +1,55 @@
+"""The control channel of a rank group: a ``TCPStore`` listening on 127.0.0.1 only, keyed by a per-run secret.
+
+A plain ``TCPStore("127.0.0.1", 0, is_master=True)`` listens on every interface whatever host it is given; one
+built on a socket that is already bound to 127.0.0.1 and listening (``master_listen_fd``) listens there only, and
+takes the descriptor over. The same store serves as the ranks' rendezvous (``TORCHELASTIC_USE_AGENT_STORE``), so
+no rank opens a store of its own.
+
+The store has no authentication and no way to list its keys: every key of a run starts with a random secret
+that reaches the ranks in their environment (readable by their owner only, unlike a command line), so another
+local user who finds the port cannot guess where to write a command.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import secrets
+import socket
+
+from torch.distributed import TCPStore
+
+__all__ = ["CONTROL_ENV", "LAUNCHER_ENV", "LOOPBACK", "SECRET_ENV", "control_from_env", "loopback_store", "new_secret"]
+
+LOOPBACK = "127.0.0.1"
+CONTROL_ENV = "PITFALLS_GROUP_CONTROL"
+SECRET_ENV = "PITFALLS_GROUP_SECRET"
+LAUNCHER_ENV = "PITFALLS_GROUP_LAUNCHER"
+
+
+def loopback_store(timeout_s: float) -> TCPStore:
+    """A master ``TCPStore`` that listens on 127.0.0.1 only, on a port the kernel picked (no race for it).
+
+    Args:
+        timeout_s: the store's default timeout for ``get`` and ``wait``.
+    """
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind((LOOPBACK, 0))
+    listener.listen(128)
+    port = int(listener.getsockname()[1])
+    # The store owns the descriptor from here: closing the Python socket would close it under the store.
+    fd = listener.detach()
+    return TCPStore(LOOPBACK, port, is_master=True, wait_for_workers=False,
+                    timeout=datetime.timedelta(seconds=timeout_s), master_listen_fd=fd)
+
+
+def new_secret() -> str:
+    """A key prefix nobody can guess: 128 random bits."""
+    return secrets.token_hex(16)
+
+
+def control_from_env(timeout_s: float) -> tuple[TCPStore, str]:
+    """The rank's client of its group's control store, and the run's secret, from the environment."""
+    host, _, port = os.environ[CONTROL_ENV].rpartition(":")
+    store = TCPStore(host, int(port), is_master=False, timeout=datetime.timedelta(seconds=timeout_s))
+    return store, os.environ[SECRET_ENV]

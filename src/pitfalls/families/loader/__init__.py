@@ -1,0 +1,123 @@
+"""Article 001: the DataLoader advice, as a ladder of variants that each add one piece of it.
+
+A segmentation batch (B images 3 x S x S, B masks S x S of C classes) is loaded, delivered to the device and
+consumed by a small training step. Every variant delivers the same thing: the normalized float32 image batch and
+the int64 mask batch on the device. They differ in where the work is done:
+
+=============== ========================================== ============================= ====================
+variant         where an item comes from                   per item on the host           on the device
+=============== ========================================== ============================= ====================
+naive           disk, ``source_scale`` x larger            read, decode, resize,          -
+                                                           normalize to float32, int64
+offline         disk, resized once offline (advice 3)      read, decode, normalize       -
+ram_encoded     encoded bytes in RAM (advice 1)            decode, normalize             -
+ram_decoded     decoded pixels in RAM                      normalize                     -
+uint8           decoded pixels in RAM                      nothing: uint8 image and      normalize (a
+                                                           uint8 mask (advice 4)         ``Normalize`` module),
+                                                                                         mask to int64
+host_decode     JPEG bytes in RAM                          decode (OpenCV), uint8 out    normalize, mask to int64
+gpu_decode      JPEG bytes in RAM                          nothing                       decode (torchvision
+                                                                                         ``decode_jpeg``),
+                                                                                         normalize
+=============== ========================================== ============================= ====================
+
+Each rung changes one thing from the one before; host_decode and gpu_decode differ only in where the JPEG is
+decoded. ``pin_memory`` (pinned batches, copied with ``non_blocking``; CUDA only) is an axis of every rung,
+switched on by none. uint8's host work left is the HWC -> CHW transpose of each image (a uint8 copy).
+
+The floor iterates batches that were collated once, in RAM, as uint8: the job with no loading at all.
+
+One call of a case is one batch: the next batch of a persistent iterator, copied to the device, then one step of
+a 1x1-convolution head with cross-entropy and SGD, so that a device starved by its loader shows as idle. The
+sampler cycles through seeded epochs without end, so the iterator (and its workers) lives as long as the case
+and no epoch boundary stalls the pipeline; ``Case.close`` shuts the workers down.
+
+Workers are DataLoader's own: ``num_workers``, ``prefetch_factor``, ``pin_memory``, ``timeout``,
+``multiprocessing_context`` (``start_method``) and a ``worker_init_fn`` that records each worker's pid (and, for the
+copy-on-write figure, its memory) in shared memory. A case with more workers than usable CPU cores is skipped with
+the reason (its memory figures are still measured), as is one whose estimate does not fit in RAM.
+
+The package: `data` (the synthetic set on disk), `stores` and `datasets` (the host side of an item), `device`
+(normalize, copy, decoders, the consumer model), `workers` (DataLoader machinery), `steps` (one batch per call),
+`sizes`, `steady` (the steady-state timing), `verdict` (loader- or step-bound, from a steady run), `stepcost` (the
+``model_ms`` step), `epochs` (epoch starts, persistent_workers off and on), `equivalence`, `entry` (the family's
+entry but its own figures), `probes` (the instruments) and `calibration` (their known answers). This module
+assembles `FAMILY` from the entry, the instruments and their checks; nothing in the package imports it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pitfalls.families.loader import memory_checks, probes, steady, timing_checks
+from pitfalls.families.loader.data import DataFiles, DataSpec, ensure_data
+from pitfalls.families.loader.datasets import (
+    DecodedInRam,
+    EncodedInRam,
+    JpegInRam,
+    OfflineFiles,
+    SourceFiles,
+    collate_encoded,
+    decoded_items,
+    float_item,
+    make_dataset,
+    uint8_item,
+)
+from pitfalls.families.loader.device import (
+    MEAN,
+    STD,
+    Consumer,
+    CopyToDevice,
+    DecodeOnDevice,
+    JpegDecoder,
+    Normalize,
+    opencv_decoder,
+    torchvision_decoder,
+)
+from pitfalls.families.loader.entry import ENTRY, build
+from pitfalls.families.loader.equivalence import (
+    COMPARED_BATCHES,
+    JPEG_MEAN_ABS_TOLERANCE,
+    PNG_ABS_TOLERANCE,
+    compare,
+    delivered,
+    differences,
+)
+from pitfalls.families.loader.sizes import WORKER_OVERHEAD_BYTES, batch_bytes, estimate, nbytes
+from pitfalls.families.loader.steps import (
+    BatchStep,
+    FloorStep,
+    LoaderStep,
+    check_params,
+    data_spec,
+    make_step,
+    pinned,
+)
+from pitfalls.families.loader.stores import ListStore, PackedArrays, PackedBytes, Store, make_store
+from pitfalls.families.loader.variants import DEVICE_NORMALIZED, RAM_VARIANTS, VARIANTS
+from pitfalls.families.loader.workers import (
+    CyclingSampler,
+    WorkerBoard,
+    WorkerDied,
+    release_free_heap,
+    sigchld_held,
+    usable_cores,
+    uss_without_batches,
+)
+from pitfalls.family import FLOOR
+
+FAMILY = dataclasses.replace(ENTRY, own_figures=probes.own_figures,
+                             calibrations=(*timing_checks.CHECKS, *memory_checks.CHECKS))
+
+__all__ = [
+    "COMPARED_BATCHES", "DEVICE_NORMALIZED", "FAMILY", "FLOOR", "JPEG_MEAN_ABS_TOLERANCE", "MEAN",
+    "PNG_ABS_TOLERANCE", "RAM_VARIANTS", "STD", "VARIANTS", "WORKER_OVERHEAD_BYTES", "BatchStep", "Consumer",
+    "CopyToDevice", "CyclingSampler", "DataFiles", "DataSpec", "DecodeOnDevice", "DecodedInRam", "EncodedInRam",
+    "FloorStep", "JpegDecoder", "JpegInRam", "ListStore", "LoaderStep", "Normalize", "OfflineFiles", "PackedArrays",
+    "PackedBytes", "SourceFiles", "Store", "WorkerBoard", "WorkerDied", "batch_bytes", "build", "check_params",
+    "collate_encoded", "compare", "data_spec", "decoded_items", "delivered", "differences", "ensure_data",
+    "estimate", "float_item", "make_dataset", "make_step", "make_store", "nbytes", "opencv_decoder", "pinned",
+    "memory_checks", "probes", "release_free_heap", "steady", "sigchld_held", "timing_checks", "torchvision_decoder",
+    "uint8_item",
+    "usable_cores", "uss_without_batches",
+]

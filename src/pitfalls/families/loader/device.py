@@ -1,0 +1,132 @@
+"""The device side of a batch: the article's ``Normalize``, the consumer model, the copy, the JPEG decoders."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import partial
+
+import cv2
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from pitfalls.families.loader.data import decode
+from pitfalls.family import SkipCase
+
+# ImageNet's mean and std in 0..255, in OpenCV's BGR channel order (the data is synthetic: any fixed pair does).
+MEAN = (0.406 * 255, 0.456 * 255, 0.485 * 255)
+STD = (0.225 * 255, 0.224 * 255, 0.229 * 255)
+
+
+class Normalize(nn.Module):
+    """The article's ``Normalize``: ``(x - mean) / std`` per channel, for uint8 or float input, as a module.
+
+    Args:
+        mean: per-channel means, in the input's scale (0..255 for uint8 images).
+        std: per-channel standard deviations, same scale.
+    """
+
+    mean: Tensor
+    std: Tensor
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.tensor(mean).float().reshape(1, len(mean), 1, 1).contiguous())
+        # Stored as its reciprocal, as in the article: one multiplication per pixel instead of a division.
+        self.register_buffer("std", torch.tensor(std).float().reshape(1, len(std), 1, 1).reciprocal().contiguous())
+
+    def forward(self, images: Tensor) -> Tensor:
+        """Normalize a batch [B, C, H, W] (any dtype) to float32."""
+        return (images.to(self.mean.dtype) - self.mean) * self.std
+
+
+# The host-side normalize of the variants that normalize per item: the same module, so that normalizing on the
+# host and on the device differ only in where the arithmetic runs.
+
+class Consumer(nn.Module):
+    """The small model that consumes each batch: (normalize,) a 1x1 convolution to C classes, cross-entropy.
+
+    Args:
+        classes: C.
+        normalize_on_device: put the article's ``Normalize`` in front (the uint8 variants); else the images
+            arrive normalized.
+    """
+
+    def __init__(self, classes: int, normalize_on_device: bool) -> None:
+        super().__init__()
+        self.normalize: nn.Module = Normalize(MEAN, STD) if normalize_on_device else nn.Identity()
+        self.head = nn.Conv2d(3, classes, 1)
+
+    def prepare(self, images: Tensor, masks: Tensor) -> tuple[Tensor, Tensor]:
+        """What every variant must deliver: normalized float32 images and int64 masks, on the device."""
+        return self.normalize(images), masks.long()
+
+    def forward(self, images: Tensor, masks: Tensor) -> Tensor:
+        images, masks = self.prepare(images, masks)
+        return F.cross_entropy(self.head(images), masks)
+
+
+class CopyToDevice:
+    """Copy a host batch (images, masks) to the device; ``non_blocking`` where the batch is pinned."""
+
+    def __init__(self, device: torch.device, non_blocking: bool) -> None:
+        self.device = device
+        self.non_blocking = non_blocking
+
+    def __call__(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+        images, masks = batch
+        return (images.to(self.device, non_blocking=self.non_blocking),
+                masks.to(self.device, non_blocking=self.non_blocking))
+
+
+JpegDecoder = Callable[[list[Tensor]], list[Tensor]]
+
+
+class DecodeOnDevice:
+    """gpu_decode: decode a batch of JPEG bytes on the device, then copy the masks.
+
+    Args:
+        device: where the images are decoded.
+        decoder: encoded uint8 tensors -> decoded RGB uint8 images [3, S, S] on ``device``
+            (`torchvision_decoder`; a test may give another).
+        non_blocking: copy the masks with ``non_blocking``.
+    """
+
+    def __init__(self, device: torch.device, decoder: JpegDecoder, non_blocking: bool) -> None:
+        self.device = device
+        self.decoder = decoder
+        self.non_blocking = non_blocking
+
+    def __call__(self, batch: tuple[list[Tensor], Tensor]) -> tuple[Tensor, Tensor]:
+        encoded, masks = batch
+        images = torch.stack(self.decoder(list(encoded)))
+        # torchvision decodes to RGB; the other variants keep OpenCV's BGR.
+        return images.flip(1), masks.to(self.device, non_blocking=self.non_blocking)
+
+
+def torchvision_decoder(device: torch.device) -> JpegDecoder:
+    """``torchvision.io.decode_jpeg`` on ``device`` for a list of JPEGs, or SkipCase saying what is missing."""
+    missing = []
+    if device.type != "cuda":
+        missing.append(f"a CUDA device (this case runs on {device})")
+    try:
+        from torchvision.io import ImageReadMode, decode_jpeg
+    except ImportError as error:
+        missing.append(f"torchvision ({type(error).__name__}: {error})")
+    if missing:
+        raise SkipCase("gpu_decode decodes JPEG with torchvision.io.decode_jpeg(device='cuda'); it needs "
+                       + " and ".join(missing))
+    return partial(decode_jpeg, mode=ImageReadMode.RGB, device=device)
+
+
+def opencv_decoder(device: torch.device) -> JpegDecoder:
+    """A stand-in for `torchvision_decoder` with the same contract, decoding on the host with OpenCV: it checks
+    everything of gpu_decode but the device's decoder where that cannot run."""
+
+    def decode_all(encoded: list[Tensor]) -> list[Tensor]:
+        images = [decode(t.numpy(), i, "a JPEG of the batch", cv2.IMREAD_COLOR) for i, t in enumerate(encoded)]
+        return [torch.from_numpy(np.ascontiguousarray(bgr[..., ::-1])).permute(2, 0, 1).to(device) for bgr in images]
+
+    return decode_all
+

@@ -1,0 +1,117 @@
+"""Epoch starts: time to the first batch of an epoch, with ``persistent_workers`` off and on.
+
+A case's own loader never ends an epoch (its sampler cycles), so this routine builds a second DataLoader over
+the same data set, collate function and worker options with a sampler of one epoch, runs a whole epoch, then
+times the next epoch's start: ``iter()`` to its first batch delivered to the device, synchronized. Without
+``persistent_workers`` the first epoch's workers were shut down at its end and the next ``iter()`` starts new
+ones; with it, the same workers are told to start the epoch. Both values are timed by this one routine.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, RandomSampler
+
+from pitfalls.devices import synchronize
+from pitfalls.families.loader.entry import ENTRY
+from pitfalls.families.loader.steps import LoaderStep, make_step
+from pitfalls.families.loader.workers import sigchld_held
+from pitfalls.family import FLOOR, SkipCase
+from pitfalls.probes.result import Unavailable
+
+__all__ = ["EpochStarts", "epoch_start", "epoch_starts", "one_epoch_loader"]
+
+
+@dataclass(frozen=True)
+class EpochStarts:
+    """Seconds to the first batch of an epoch after a whole epoch.
+
+    Attributes:
+        fresh: ``persistent_workers=False`` (new workers each epoch; without workers, the main process's batch).
+        persistent: ``persistent_workers=True``, or n/a without workers.
+    """
+
+    fresh: float
+    persistent: float | Unavailable
+
+
+def one_epoch_loader(step: LoaderStep, *, persistent: bool) -> DataLoader[Any]:
+    """A DataLoader like ``step``'s (data set, collate, workers and their options) whose sampler ends each epoch."""
+    loader = step.loader
+    options: dict[str, Any] = {}
+    if loader.num_workers:
+        options = {"prefetch_factor": loader.prefetch_factor, "timeout": loader.timeout,
+                   "worker_init_fn": loader.worker_init_fn, "multiprocessing_context": loader.multiprocessing_context,
+                   "persistent_workers": persistent}
+    dataset: Any = loader.dataset  # a map-style data set: sized
+    order = RandomSampler(dataset, generator=torch.Generator().manual_seed(int(step.params["seed"])))
+    return DataLoader(loader.dataset, batch_size=loader.batch_size, sampler=order, num_workers=loader.num_workers,
+                      collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, drop_last=True, **options)
+
+
+def _shut_down(iterator: Iterator[Any]) -> None:
+    """Stop and join an iterator's workers (DataLoader has no public shutdown; its ``__del__`` calls this one)."""
+    processes = list(getattr(iterator, "_workers", ()))
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is not None:
+        with sigchld_held():
+            shutdown()
+    for process in processes:
+        process.join(timeout=10)
+        if process.is_alive():
+            process.kill()
+            process.join(timeout=10)
+
+
+def epoch_start(loader: DataLoader[Any], deliver: Callable[[Any], object]) -> float:
+    """Run one whole epoch of ``loader`` through ``deliver``, then time the next epoch's ``iter()`` to its first batch
+    delivered; the workers are shut down before it returns.
+
+    Args:
+        loader: a DataLoader whose epochs end.
+        deliver: copies a batch to the device and steps, synchronized.
+
+    Returns:
+        Seconds from the next epoch's ``iter()`` to its first batch delivered.
+    """
+    iterator = iter(loader)
+    try:
+        for batch in iterator:
+            deliver(batch)
+        began = time.perf_counter()
+        iterator = iter(loader)
+        deliver(next(iterator))
+        return time.perf_counter() - began
+    finally:
+        _shut_down(iterator)
+
+
+def epoch_starts(variant: str, device: str, **sizes: Any) -> EpochStarts:
+    """Time to the first batch of an epoch, persistent_workers off and on, for one case.
+
+    Raises:
+        SkipCase: the floor (no loader), or a case that cannot run here.
+    """
+    if variant == FLOOR:
+        raise SkipCase("the floor has no loader: its batches are collated once, in RAM")
+    where, params = ENTRY.place(variant, device, sizes)
+    step = make_step(variant, where, params, start=False)
+    assert isinstance(step, LoaderStep)
+
+    def deliver(batch: Any) -> None:
+        step.deliver(batch)
+        synchronize(step.device)
+
+    try:
+        fresh = epoch_start(one_epoch_loader(step, persistent=False), deliver)
+        persistent: float | Unavailable = Unavailable("persistent_workers needs num_workers > 0")
+        if params["num_workers"]:
+            persistent = epoch_start(one_epoch_loader(step, persistent=True), deliver)
+        return EpochStarts(fresh, persistent)
+    finally:
+        step.close()

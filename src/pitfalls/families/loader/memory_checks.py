@@ -1,0 +1,181 @@
+"""Known answers for the loader's memory figures, planted through the loader's own `LoaderStep` and figure code.
+
+- Group peak (`probes.peak_memory`'s reading, `memory.group_peak`): W workers that each allocate and touch N MiB of
+  their own; the group's peak USS grows by W x N over the same run without the allocation. A sampler that sees the
+  main process alone reads about 0.
+- Copy-on-write per item read (`probes.copy_on_write_of`): every item a worker reads writes one byte in each of K
+  pages of a buffer the main process holds, fresh pages for every read, so each read copies exactly K pages.
+- The workers' growth over an epoch (issue 13246's figure, `metadata.epoch_memory`): each worker writes one byte in
+  every page of an N MiB buffer of the main process once; its growth is N MiB more than without the buffer.
+
+Each planted item is a tiny uint8 image and mask, delivered and trained on like the ``uint8`` rung's.
+"""
+
+from __future__ import annotations
+
+import mmap
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, default_collate
+
+from pitfalls.calibration.table import Check, Reading, own_instrument
+from pitfalls.families.loader import metadata
+from pitfalls.families.loader.entry import ENTRY
+from pitfalls.families.loader.memory import group_peak
+from pitfalls.families.loader.probes import copy_on_write_of
+from pitfalls.families.loader.steps import LoaderStep
+from pitfalls.probes.group_memory import GroupMemory
+from pitfalls.probes.result import Unavailable
+
+MIB = 2**20
+PAGE = mmap.PAGESIZE
+WORKERS = 2
+# Large against the main process's own transients (a peak of the sum moved by up to 12 MiB between runs here).
+HELD_MIB = 128
+GROWTH_MIB = 48
+# 256 KiB per item, 32 MiB over the window: a worker's own heap moves by a MiB or so between two readings.
+PAGES_PER_ITEM = 64
+COPY_ITEMS = 128
+SIZE = 8
+
+# The figures' names, as `probes.own_figures` gives them (and the metadata benchmark's).
+PEAK_PSS = "peak PSS, main + workers"
+PEAK_USS = "peak USS, main + workers"
+COPIED_PER_ITEM = "copied per item read (copy-on-write)"
+METADATA_GROWTH = "metadata: worker growth over an epoch"
+
+
+def _item(index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A tiny uint8 item of the ``uint8`` rung's form: image [3, S, S], mask [S, S] of labels 0 and 1."""
+    return (torch.full((3, SIZE, SIZE), index % 251, dtype=torch.uint8),
+            torch.full((SIZE, SIZE), index % 2, dtype=torch.uint8))
+
+
+class HeldPerWorker(Dataset[Any]):
+    """Each worker, at its first item, allocates ``planted_mib`` MiB of its own and touches every page of it."""
+
+    def __init__(self, items: int, planted_mib: int) -> None:
+        self.items, self.planted = items, planted_mib * MIB
+        self.held: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return self.items
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.held is None and self.planted:
+            self.held = np.ones(self.planted, dtype=np.uint8)
+        return _item(index)
+
+
+class CopiedPerRead(Dataset[Any]):
+    """Each read writes one byte in each of the next K pages of a buffer the main process holds: K fresh pages
+    per read, whichever item it is, so a worker that reads an item again still copies K pages."""
+
+    def __init__(self, items: int, pages_per_read: int, reads: int) -> None:
+        self.items, self.pages = items, pages_per_read
+        self.buffer = np.ones(reads * pages_per_read * PAGE, dtype=np.uint8)
+        self.reads = 0
+
+    def __len__(self) -> int:
+        return self.items
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        first = self.reads * self.pages * PAGE
+        self.buffer[first:first + self.pages * PAGE:PAGE] += 1
+        self.reads += 1
+        return _item(index)
+
+
+class WrittenOnce(Dataset[Any]):
+    """Each worker, at its first item, writes one byte in every page of a buffer the main process holds."""
+
+    def __init__(self, planted_mib: int, items: int = 400) -> None:
+        self.buffer = np.ones(planted_mib * MIB, dtype=np.uint8)
+        self.items = items
+        self.written = False
+
+    def __len__(self) -> int:
+        return self.items
+
+    def __getitem__(self, index: int) -> tuple[int]:
+        if not self.written:
+            self.buffer[::PAGE] += 1
+            self.written = True
+        return (index,)
+
+
+def planted_step(dataset: Dataset[Any], workers: int, *, measure_uss: bool = False) -> LoaderStep:
+    """A CPU `LoaderStep` of the ``uint8`` rung, batches of 4, whose data set is ``dataset`` (a planted one)."""
+    items = len(dataset)  # type: ignore[arg-type]
+    params = ENTRY.resolve({**ENTRY.smoke, "image_size": SIZE, "num_workers": workers, "items": items, "batch": 4})
+    return LoaderStep("uint8", torch.device("cpu"), params, measure_uss=measure_uss,
+                      source=(dataset, default_collate))
+
+
+def held_peak(planted_mib: int) -> GroupMemory:
+    """The group peak of a planted loader whose workers hold ``planted_mib`` MiB each, over 16 batches after 8.
+
+    The first batches are left out of the window on both sides: before the workers fork, the main process's
+    pages are all its own (USS), and afterwards they are shared, so a window that starts earlier compares the
+    planted run's peak with the bare run's start-up.
+    """
+    step = planted_step(HeldPerWorker(64, planted_mib), WORKERS)
+    try:
+        for _ in range(8):
+            step()
+        return group_peak(step, batches=16)
+    finally:
+        step.close()
+
+
+def measure_group_peak(_device: str) -> Reading:
+    """W workers each hold N MiB: the group's peak USS grows by W x N over the same run without them.
+
+    A first bare run is thrown away: the first loader of a process also pays one-time allocations of its own
+    (seen here: 13 MiB more in whichever run came first).
+    """
+    held_peak(0)
+    held, bare = held_peak(HELD_MIB), held_peak(0)
+    return Reading(WORKERS * HELD_MIB, (held.peak_uss - bare.peak_uss) / MIB,
+                   f"{WORKERS} workers x {HELD_MIB} MiB: peak USS {held.peak_uss / MIB:.0f} against "
+                   f"{bare.peak_uss / MIB:.0f} MiB ({held.samples} and {bare.samples} samples)")
+
+
+def measure_copied_per_item(_device: str) -> Reading:
+    """Each read copies K pages: the copy-on-write figure reads K x 4 KiB per item."""
+    step = planted_step(CopiedPerRead(COPY_ITEMS, PAGES_PER_ITEM, reads=3 * COPY_ITEMS), WORKERS, measure_uss=True)
+    try:
+        growth = copy_on_write_of(step, epochs=1)
+    finally:
+        step.close()
+    per_item = growth.per_item
+    measured = per_item if isinstance(per_item, Unavailable) else per_item / 1024
+    return Reading(PAGES_PER_ITEM * PAGE / 1024, measured,
+                   f"{growth.items_read} items read by {len(growth.window)} workers after their first batch")
+
+
+def measure_metadata_growth(_device: str) -> Reading:
+    """Each worker writes every page of an N MiB buffer once: its growth over the epoch is N MiB more than
+    without the buffer."""
+
+    def growth(planted_mib: int) -> float:
+        return metadata.epoch_memory(WrittenOnce(planted_mib), workers=WORKERS, batch=50,
+                                     collate=metadata.collate_rows).mean_growth
+
+    return Reading(GROWTH_MIB, (growth(GROWTH_MIB) - growth(0)) / MIB, f"{WORKERS} workers, one epoch of 400 items")
+
+
+CHECKS = (
+    Check(f"loader: group peak, {WORKERS} workers x {HELD_MIB} MiB",
+          (own_instrument("loader", PEAK_USS), own_instrument("loader", PEAK_PSS)), "MiB", 0.05,
+          measure_group_peak, family="loader",
+          why="the planted memory is exact; the main process's transients moved the peak by up to 12 MiB here"),
+    Check(f"loader: copy-on-write, {PAGES_PER_ITEM} pages per item", (own_instrument("loader", COPIED_PER_ITEM),),
+          "KiB/item", 0.15, measure_copied_per_item, family="loader",
+          why="a worker's own heap moves by a MiB or so between its readings: it read 0.9-2.2 % high here"),
+    Check(f"loader: metadata growth, {GROWTH_MIB} MiB per worker", (own_instrument("loader", METADATA_GROWTH),),
+          "MiB", 0.05, measure_metadata_growth, family="loader",
+          why="the planted copy is exact and the rest of the epoch is the same on both sides"),
+)

@@ -1,0 +1,193 @@
+"""DataLoader machinery: the endless sampler, the workers' shared board, their start and their shutdown."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import itertools
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psutil
+import torch
+from torch.utils.data import Dataset, Sampler, get_worker_info
+
+from pitfalls.families.loader.data import single_threaded_opencv
+
+
+class CyclingSampler(Sampler[int]):
+    """Seeded permutations of the items, epoch after epoch, without end.
+
+    One iterator then serves every call of a case: its workers live as long as the case, and no epoch boundary
+    empties the prefetch queue (an effect of the item count, not of the loading method).
+    """
+
+    def __init__(self, items: int, seed: int) -> None:
+        self.items = items
+        self.seed = seed
+
+    def __iter__(self) -> Iterator[int]:
+        for epoch in itertools.count():
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+            yield from torch.randperm(self.items, generator=generator).tolist()
+
+
+def release_free_heap() -> None:
+    """Return the C heap's free memory to the system (glibc ``malloc_trim``), where that exists.
+
+    A worker frees a whole batch of per-item tensors after each batch; whether the allocator keeps those pages
+    would otherwise swing its USS by tens of MiB from one reading to the next.
+    """
+    try:
+        libc = ctypes.CDLL(None)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to trim with
+        return
+    trim(0)
+
+
+def uss_without_batches() -> int:
+    """This process's USS less the pages of torch's shared-memory segments it maps (the batches it is handing
+    over), which move from one process's USS to shared as soon as the main process maps them."""
+    maps = psutil.Process().memory_maps(grouped=True)
+    return sum(m.private_clean + m.private_dirty for m in maps if "/torch_" not in m.path)
+
+
+class WorkerBoard:
+    """Per-worker slots in shared memory that the workers write: pid, batches made and, when asked, their USS.
+
+    Created from the loader's multiprocessing context, without locks: each worker writes only its own slot. With
+    ``measure_uss`` a worker records its USS (`uss_without_batches`) when it starts, and at the start of every
+    batch, before it loads an item, after returning its free heap (`release_free_heap`): the second batch's value
+    is the reference, the latest the current value, so the growth between them is measured at the same point of
+    the worker's cycle, without the batches it is handing over. `uss_reading` gives the latest value with the
+    batch it was taken at, never one with the other's neighbour.
+    """
+
+    def __init__(self, workers: int, context: Any, *, measure_uss: bool = False) -> None:
+        slots = max(workers, 1)
+        self.pids = context.RawArray("q", slots)
+        self.batches = context.RawArray("q", slots)
+        self.batches_started = context.RawArray("q", slots)
+        self.uss_at_start = context.RawArray("d", slots)
+        self.uss_reference = context.RawArray("d", slots)
+        self.uss_latest = context.RawArray("d", slots)
+        # The batch at which ``uss_latest`` was taken, -1 while the worker rewrites the pair: reading the batch
+        # count and the USS apart once charged a whole batch's copies to the window that had not yet seen them
+        # (the worker counts a batch, then takes milliseconds to read its maps).
+        self.uss_batch = context.RawArray("q", slots)
+        self.measure_uss = measure_uss
+
+    def started(self, worker_id: int) -> None:
+        if self.measure_uss:
+            self.uss_at_start[worker_id] = float(uss_without_batches())
+        self.pids[worker_id] = os.getpid()
+
+    def batch_starting(self, worker_id: int) -> None:
+        self.batches_started[worker_id] += 1
+        release_free_heap()
+        uss = float(uss_without_batches())
+        batch = self.batches_started[worker_id]
+        self.uss_batch[worker_id] = -1
+        if batch == 2:
+            self.uss_reference[worker_id] = uss
+        self.uss_latest[worker_id] = uss
+        self.uss_batch[worker_id] = batch
+
+    def uss_reading(self, slot: int) -> tuple[int, float]:
+        """The worker's latest USS with the batch it was taken at (0 before its first), read as one pair."""
+        while True:
+            batch = self.uss_batch[slot]
+            uss = self.uss_latest[slot]
+            if batch >= 0 and self.uss_batch[slot] == batch:
+                return int(batch), float(uss)
+            time.sleep(0.0001)
+
+    def made_batch(self, worker_id: int) -> None:
+        self.batches[worker_id] += 1
+
+    def worker_pids(self) -> list[int]:
+        return [int(pid) for pid in self.pids if pid]
+
+    def batches_made(self) -> int:
+        return int(sum(self.batches))
+
+
+class UssAtBatchStart(Dataset[Any]):
+    """Wraps a data set so that a worker records its USS before it loads each batch (``__getitems__``, which
+    DataLoader's fetcher calls with a batch's indices)."""
+
+    def __init__(self, dataset: Dataset[Any], board: WorkerBoard) -> None:
+        self.dataset = dataset
+        self.board = board
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: int) -> Any:
+        return self.dataset[index]
+
+    def __getitems__(self, indices: list[int]) -> list[Any]:
+        info = get_worker_info()
+        if info is not None:
+            self.board.batch_starting(info.id)
+        return [self.dataset[i] for i in indices]
+
+
+class WorkerInit:
+    """``worker_init_fn``: one OpenCV thread per worker (as DataLoader gives torch one), and the board's slot.
+
+    A forked worker inherits its parent's single thread (see `single_threaded_opencv`); a spawned one sets it.
+    """
+
+    def __init__(self, board: WorkerBoard) -> None:
+        self.board = board
+
+    def __call__(self, worker_id: int) -> None:
+        single_threaded_opencv()
+        self.board.started(worker_id)
+
+
+class CountingCollate:
+    """A ``collate_fn`` that also counts, per worker, the batches made (for the batches-in-flight figure)."""
+
+    def __init__(self, board: WorkerBoard, collate: Callable[[list[Any]], Any]) -> None:
+        self.board = board
+        self.collate = collate
+
+    def __call__(self, items: list[Any]) -> Any:
+        batch = self.collate(items)
+        info = get_worker_info()
+        if info is not None:
+            self.board.made_batch(info.id)
+        return batch
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity), which DataLoader's own worker warning uses."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def sigchld_held() -> Iterator[None]:
+    """Hold DataLoader's SIGCHLD handler off (main thread only) while a loader whose worker died is inspected and
+    shut down: the handler raises for a dead worker wherever the main thread happens to be, an error inside the
+    cleanup of that very error."""
+    if not hasattr(signal, "SIGCHLD") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+
+
+class WorkerDied(RuntimeError):
+    """A DataLoader worker died while the loader ran; the message names its pid and the error it caused."""
+
+

@@ -1,0 +1,75 @@
+"""The article's consequence in numbers: the largest global batch each variant fits on the GPUs at hand.
+
+DataParallel gathers every replica's logits on device 0, which then computes the loss and its gradient alone, so
+device 0 fills first and the global batch must shrink; DDP's ranks each hold 1/W. A bounded search per variant
+(doubling, then bisection) tries real steps, with the allocator emptied and its peak reset between tries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from pitfalls.family import SkipCase
+from pitfalls.probes.result import Unavailable
+
+__all__ = ["BATCH_LIMIT", "fits_on_gpu", "largest_fitting"]
+
+# Images per rank the search never goes beyond (a bound on its time: each try is a real step).
+BATCH_LIMIT = 1024
+
+
+def largest_fitting(fits: Callable[[int], bool], *, limit: int = BATCH_LIMIT) -> int | Unavailable:
+    """The largest ``n`` in 1..``limit`` with ``fits(n)``, assuming what fits stays fitting below it.
+
+    Args:
+        fits: tries ``n`` (images per rank) and tells whether it ran.
+        limit: the bound of the search.
+
+    Returns:
+        ``n``, or `Unavailable` when not even one image fits.
+    """
+    if not fits(1):
+        return Unavailable("not even 1 image per rank fits")
+    low, high = 1, 2
+    while high <= limit and fits(high):
+        low, high = high, high * 2
+    high = min(high, limit + 1)  # low fits; high does not (or is past the limit)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
+
+
+def fits_on_gpu(variant: str, world_size: int, image_size: int) -> Callable[[int], bool]:
+    """A ``fits(batch)`` that builds the variant on the GPUs with ``batch`` images per rank and runs two steps.
+
+    An out-of-memory error (in this process, or in a rank: its `RankFailed` names it) means "does not fit"; a
+    case the family skips (its estimate says it cannot fit) too. Between tries the allocator is emptied and its
+    peak reset on every device.
+    """
+    from pitfalls import registry  # the registry imports the families
+    from pitfalls.distributed import RankFailed
+
+    def fits(batch: int) -> bool:
+        try:
+            with registry.family("parallel").build(variant, device="cuda", world_size=world_size, batch=batch,
+                                                   image_size=image_size) as case:
+                for _ in range(2):
+                    case()
+                torch.cuda.synchronize()
+            return True
+        except (SkipCase, torch.OutOfMemoryError):
+            return False
+        except RankFailed as failure:
+            if "out of memory" in str(failure).lower():
+                return False
+            raise
+        finally:
+            for index in range(torch.cuda.device_count()):
+                torch.cuda.synchronize(index)
+                torch.cuda.reset_peak_memory_stats(index)
+            torch.cuda.empty_cache()
+
+    return fits

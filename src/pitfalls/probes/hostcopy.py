@@ -1,0 +1,176 @@
+"""Host copies and host-made tensors, seen at the Python API, so a CPU run counts what a CUDA run would sync.
+
+On a CPU tensor `.cpu()`, `.to("cpu")`, `.tolist()` and printing dispatch no ATen copy, so a dispatch mode never
+sees them; on CUDA each is a blocking device-to-host copy. `HostCopyMode`, a `TorchFunctionMode` entered beside
+the hazard counter's dispatch mode, records them at the Python call, on any device, and keeps the dispatch mode
+quiet for the ATen calls they make inside (on CUDA the `_to_copy`, inside `print` the `.item()` calls), so each
+such call counts once and the per-line counts of a program are the same on the CPU and on CUDA.
+
+It also keeps the *provenance* of tensors: which tensors the same program, run on CUDA, would hold on the host.
+Those are the tensors made from Python numbers or arrays by a factory given no device (`torch.tensor(2.0)`,
+`torch.zeros(3)`) or the device string "cpu", the results of `.cpu()` and `.to("cpu")`, and whatever an op
+computes from host tensors alone. A `torch.device` object is taken for the program's device (code writes
+`device=x.device` or `.to(device)` to follow its data), and tensors made before the counted region are taken to
+live on the program's device. The hazard rules read this where the device alone cannot tell on a CPU run: a copy
+or `.item()` of a host tensor makes no sync, and `x[mask] = v` with a host-made one-element value takes ATen's
+`masked_fill_` path (see `pitfalls.probes.syncs`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten
+
+__all__ = ["HostCopyMode", "Provenance"]
+
+# Factories that make a tensor from Python data or a size: on the host unless given a device.
+_FACTORIES = frozenset(
+    {
+        torch.tensor, torch.as_tensor, torch.asarray, torch.scalar_tensor, torch.zeros, torch.ones, torch.full,
+        torch.empty, torch.arange, torch.linspace, torch.eye, torch.rand, torch.randn, torch.randint,
+        torch.randperm,
+    }
+)
+_ALWAYS_HOST = frozenset({torch.from_numpy, torch.Tensor.cpu})
+_FORMATTING = {torch.Tensor.__format__: "Tensor.__format__", torch.Tensor.__repr__: "Tensor.__repr__"}
+_SETTERS = frozenset({torch.Tensor.__setitem__, torch.Tensor.index_put_, torch.Tensor.index_put, torch.index_put})
+NUMPY_LABEL = "Tensor.numpy (of a device tensor: a TypeError on CUDA)"
+
+
+def _is_host_target(device: object) -> bool:
+    # Only the string names the host for sure; a torch.device object is usually the program's own device.
+    return isinstance(device, str) and torch.device(device).type == "cpu"
+
+
+class Provenance:
+    """The tensors a CUDA run of the program would hold on the host, by identity (weakly held)."""
+
+    def __init__(self) -> None:
+        self._refs: dict[int, weakref.ref[torch.Tensor]] = {}
+        self.quiet = 0  # > 0 while a call already counted at the Python API runs its ATen ops
+        self.setitem_value_on_host: list[bool] = []
+
+    def add(self, value: object) -> None:
+        """Mark every tensor in `value` (a tensor, or a structure of them) as host-made."""
+        for leaf in tree_flatten(value)[0]:
+            if isinstance(leaf, torch.Tensor):
+                # Identity, not equality: a set of tensors would compare them with ==, an ATen op per lookup.
+                self._refs[id(leaf)] = weakref.ref(leaf, functools.partial(self._forget, id(leaf)))
+
+    def _forget(self, key: int, ref: weakref.ref[torch.Tensor]) -> None:
+        # The tensor is gone: drop its entry, unless its id was reused by a tensor added since.
+        if self._refs.get(key) is ref:
+            del self._refs[key]
+
+    def on_host(self, tensor: torch.Tensor) -> bool:
+        """Whether a CUDA run of the program would hold `tensor` on the host."""
+        if tensor.device.type not in ("cpu", "meta"):
+            return False
+        ref = self._refs.get(id(tensor))
+        return ref is not None and ref() is tensor
+
+    def value_on_host(self, value: object) -> bool:
+        """Whether an assigned value would be on the host: a Python number, or a host-made tensor."""
+        if isinstance(value, torch.Tensor):
+            return self.on_host(value) if value.device.type == "cpu" else False
+        return isinstance(value, (bool, int, float, complex))
+
+    def all_on_host(self, tree: object) -> bool:
+        """Whether `tree` holds at least one tensor and all its tensors are host-made."""
+        tensors = [leaf for leaf in tree_flatten(tree)[0] if isinstance(leaf, torch.Tensor)]
+        return bool(tensors) and all(self.on_host(t) for t in tensors)
+
+    @contextlib.contextmanager
+    def quieted(self) -> Iterator[None]:
+        """Keep the dispatch rules quiet while a call counted at the Python API runs."""
+        self.quiet += 1
+        try:
+            yield
+        finally:
+            self.quiet -= 1
+
+
+class HostCopyMode(TorchFunctionMode):
+    """Record blocking copies to the host at the Python API, and keep the provenance of tensors.
+
+    Args:
+        provenance: the host-made tensors, shared with the dispatch rules.
+        on_copy: called with the label of each blocking copy ("Tensor.cpu (device to host)", ...), before it runs.
+    """
+
+    def __init__(self, provenance: Provenance, on_copy: Callable[[str], None]) -> None:
+        super().__init__()
+        self._provenance = provenance
+        self._on_copy = on_copy
+
+    def _copy_label(self, func: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[str | None, bool]:
+        """The label of the blocking host copy this call is (or None), and whether its result is on the host."""
+        src = args[0] if args else None
+        if not isinstance(src, torch.Tensor) or src.device.type == "meta":
+            return None, False
+        from_device = not self._provenance.on_host(src)
+        if func is torch.Tensor.cpu:
+            return ("Tensor.cpu (device to host)" if from_device else None), True
+        if func is torch.Tensor.to:
+            target = args[1] if len(args) > 1 else kwargs.get("device", kwargs.get("other"))
+            if isinstance(target, torch.Tensor):
+                to_host = self._provenance.on_host(target)
+            elif isinstance(target, str):
+                to_host = _is_host_target(target)
+            elif isinstance(target, torch.device):
+                # Taken for the program's device; on an accelerator the dispatch rules see a real copy to the host.
+                return None, target.type == "cpu" and src.device.type != "cpu"
+            else:
+                return None, not from_device  # a dtype: the tensor stays where it is
+            if not to_host:
+                return None, False
+            non_blocking = torch._C._nn._parse_to(*args[1:], **kwargs)[2]
+            return ("Tensor.to (device to host)" if from_device and not non_blocking else None), True
+        if not from_device or src.numel() == 0:
+            return None, False
+        if func is torch.Tensor.tolist:
+            return "Tensor.tolist (device to host)", False
+        if func is torch.Tensor.numpy:
+            return NUMPY_LABEL, False
+        if func in _FORMATTING:
+            return f"{_FORMATTING[func]} (device to host)", False
+        return None, False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 (torch's protocol)
+        kwargs = kwargs or {}
+        provenance = self._provenance
+        if func in _SETTERS:
+            # x[mask] = v and index_put_: whether v is host-made decides ATen's masked_fill_ path.
+            value = args[2] if len(args) > 2 else kwargs.get("values", kwargs.get("value"))
+            provenance.setitem_value_on_host.append(provenance.value_on_host(value))
+            try:
+                return func(*args, **kwargs)
+            finally:
+                provenance.setitem_value_on_host.pop()
+        label, result_on_host = self._copy_label(func, args, kwargs)
+        if label is not None:
+            self._on_copy(label)
+            with provenance.quieted():
+                out = func(*args, **kwargs)
+        else:
+            out = func(*args, **kwargs)
+        if result_on_host or func in _ALWAYS_HOST:
+            if isinstance(out, torch.Tensor) and args and out is args[0]:
+                # On a CPU run `.cpu()` returns the tensor itself, but in the CUDA program the copy is another
+                # tensor: hand back an alias, so the copy is host-made and the source stays device data.
+                out = out.view_as(out)
+            provenance.add(out)
+        elif func in _FACTORIES:
+            device = kwargs.get("device")
+            if device is None or _is_host_target(device):
+                provenance.add(out)
+        elif provenance.all_on_host((args, kwargs)):
+            provenance.add(out)
+        return out

@@ -1,0 +1,169 @@
+"""The report's calibration table: each check's published error against its tolerance, and where it came from.
+
+asv keeps a check's error (``bench_calibration.Error*.track_error``, see `pitfalls.calibration.published`), not its
+tolerance nor the reason of a skip. The tolerance and the kind of check (CPU or CUDA) are this version's
+(`pitfalls.calibration.run.all_checks`); a check the results hold that this version does not know, or whose unit of
+error changed since, is shown n/a with that reason rather than judged against a tolerance it was not measured for.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pitfalls.calibration.published import CHECK_PARAM, ERROR_METHOD, RELATIVE, error_unit
+from pitfalls.calibration.table import CUDA, Check
+from pitfalls.report.rows import FAILED, SKIPPED, Row, env_label
+
+__all__ = ["PASS", "FAIL", "NA", "CalibrationLine", "calibration_lines", "calibration_table", "is_calibration_error"]
+
+FAMILY = "calibration"
+PASS, FAIL, NA = "pass", "fail", "n/a"
+_NO_FIGURE = (
+    "These results hold no calibration figure (no `bench_calibration.Error*.track_error`): nothing here says whether "
+    "the instruments read their planted values on this machine. `pitfalls calibrate` measures the table here; an "
+    "asv run of the suite at a commit that has the calibration benchmarks publishes it."
+)
+
+
+@dataclass(frozen=True)
+class CalibrationLine:
+    """One row of the report's calibration table.
+
+    Attributes:
+        check: the check's name.
+        machine: the asv machine the figure came from; None when the results hold no figure of the check.
+        commit: the commit it was measured at; None with ``machine``.
+        env: the asv environment label (torch version); None with ``machine``.
+        error: the published error; None when skipped, failed or absent.
+        unit: the unit of the error ("relative", or the check's unit where its tolerance is absolute).
+        tolerance: this version's tolerance for the check; None when this version has no such check.
+        verdict: "pass", "fail" or "n/a".
+        reason: why n/a (or how the figure was judged); "" for pass and fail.
+    """
+
+    check: str
+    machine: str | None
+    commit: str | None
+    env: str | None
+    error: float | None
+    unit: str
+    tolerance: float | None
+    verdict: str
+    reason: str = ""
+
+
+def is_calibration_error(row: Row) -> bool:
+    """Whether an asv row is one check's published error."""
+    return row.family == FAMILY and row.figure == ERROR_METHOD and CHECK_PARAM in row.params
+
+
+def _newest(rows: Sequence[Row]) -> Row:
+    oldest = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+    return max(rows, key=lambda r: (r.commit_date or oldest, r.measured_at or oldest))
+
+
+def _judged(row: Row, check: Check | None) -> CalibrationLine:
+    def line(verdict: str, reason: str = "", tolerance: float | None = None) -> CalibrationLine:
+        return CalibrationLine(check=str(row.params[CHECK_PARAM]), machine=row.machine, commit=row.commit,
+                               env=env_label(row), error=row.value if row.measured else None, unit=row.unit,
+                               tolerance=tolerance, verdict=verdict, reason=reason)
+
+    if check is None:
+        return line(NA, "no such check in this version: its tolerance is unknown")
+    if error_unit(check) != row.unit:
+        return line(NA, f"measured in {row.unit!r}; this version's check reads {error_unit(check)!r}",
+                    check.tolerance)
+    if row.status == FAILED:
+        return line(NA, "failed: the check raised an error there (no figure)", check.tolerance)
+    if row.status == SKIPPED or row.value is None:
+        why = ("a CUDA check: it runs only where a CUDA device is present" if check.device == CUDA else
+               "skipped there; asv keeps no reason (`asv run --show-stderr` prints it)")
+        return line(NA, why, check.tolerance)
+    ok = row.value <= check.tolerance if check.tolerance else row.value == 0
+    return line(PASS if ok else FAIL, tolerance=check.tolerance)
+
+
+def calibration_table(rows: Sequence[Row], checks: Sequence[Check]) -> list[CalibrationLine]:
+    """One line per check and machine: the newest published error of the check there, judged by its tolerance.
+
+    Args:
+        rows: the report's rows (any family; only the calibration errors are read).
+        checks: this version's checks, in table order.
+
+    Returns:
+        The lines, in the checks' order (checks the results hold but this version lacks last), machines sorted; a
+        check without a figure on any machine has one n/a line. Empty when the rows hold no calibration error.
+    """
+    errors = [r for r in rows if is_calibration_error(r)]
+    if not errors:
+        return []
+    by_name = {c.name: c for c in checks}
+    published = dict.fromkeys(str(r.params[CHECK_PARAM]) for r in errors)
+    names = list(by_name) + [n for n in published if n not in by_name]
+    lines = []
+    for name in names:
+        mine = [r for r in errors if r.params[CHECK_PARAM] == name]
+        if not mine:
+            check = by_name[name]
+            lines.append(CalibrationLine(check=name, machine=None, commit=None, env=None, error=None,
+                                         unit=error_unit(check), tolerance=check.tolerance, verdict=NA,
+                                         reason="no figure of this check in these results"))
+            continue
+        for machine in sorted({r.machine for r in mine}):
+            lines.append(_judged(_newest([r for r in mine if r.machine == machine]), by_name.get(name)))
+    return lines
+
+
+def _amount(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == RELATIVE:
+        return f"{value:.1%}"
+    return f"{value:.3g} {unit}".rstrip()
+
+
+def _tolerance(line: CalibrationLine) -> str:
+    if line.tolerance is None:
+        return "unknown"
+    return "exact" if line.tolerance == 0 else _amount(line.tolerance, line.unit)
+
+
+def calibration_lines(rows: Sequence[Row], checks: Sequence[Check]) -> list[str]:
+    """The report's "Calibration" section: the table, or one paragraph saying the results hold no calibration figure.
+
+    Args:
+        rows: the report's rows.
+        checks: this version's checks (`pitfalls.calibration.run.all_checks`).
+
+    Returns:
+        Markdown lines.
+    """
+    table = calibration_table(rows, checks)
+    lines = ["## Calibration", ""]
+    if not table:
+        return lines + [_NO_FIGURE, ""]
+    lines += [
+        "Each check of `pitfalls calibrate` runs a known-answer workload through the code path of a published figure; "
+        "its error is how far the figure read from the planted value (relative, or in the check's unit). The "
+        "tolerance and the verdict are this version's; the figure is the newest the results hold, per machine. See "
+        "the README's \"How we know the figures are right\".",
+        "",
+        "From " + ", ".join(f"`{name}`" for name in sorted({r.benchmark for r in rows if is_calibration_error(r)}))
+        + ".",
+        "",
+        "| check | error | tolerance | verdict | machine | commit | environment |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for line in table:
+        verdict = f"{line.verdict}: {line.reason}" if line.reason else line.verdict
+        cells = [line.check, _amount(line.error, line.unit), _tolerance(line), verdict,
+                 f"`{line.machine}`" if line.machine else "-", f"`{line.commit[:8]}`" if line.commit else "-",
+                 line.env or "-"]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    failed = sum(line.verdict == FAIL for line in table)
+    measured = sum(line.verdict in (PASS, FAIL) for line in table)
+    lines += ["", f"{measured - failed} of {measured} measured checks within tolerance; {len(table) - measured} n/a.",
+              ""]
+    return lines

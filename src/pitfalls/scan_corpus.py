@@ -1,0 +1,392 @@
+"""The sync-hazard corpus: one-line constructs, each labelled with the syncs it makes per call on CUDA.
+
+Every construct is a function whose body is one line, run eagerly with every tensor on one device. The labels
+come from what CUDA does, read in ATen's source and PyTorch's docs, not from what the counter says:
+
+- a boolean mask read (`index` with a kBool index) expands the mask with `nonzero`, which copies its count to the
+  host: 1 sync; so does `masked_select` (it indexes with the mask) and `nonzero` / one-argument `torch.where`;
+- a mask write takes ATen's `masked_fill_` path (no sync) when the value is one element on the CPU, the only
+  index a mask, `accumulate=False` (`canDispatchToMaskedFill`); otherwise it indexes like a read: 1 sync;
+- the backward of `x[mask]` is `index_put` with `accumulate=True`: 1 more sync in the step;
+- `.item()`, `bool()`, `int()`, `float()` and `if t.any():` read one value: 1 sync (`_local_scalar_dense`);
+  formatting a one-element tensor (`f"{t:.4f}"`) calls `.item()`: 1;
+- `torch.equal` reads its answer with `.item()`: 1; `unique` reads the number of distinct values: 1;
+- `bincount` reads `min().cpu()` and `max().item()`: 2; `repeat_interleave` without `output_size` reads the total
+  and checks the repeats: 2, with `output_size`: 0;
+- `.cpu()`, `.to("cpu")`, `.to(device="cpu")`, `.tolist()` are blocking copies to the host: 1;
+  `non_blocking=True` copies into pinned memory without waiting: 0;
+- integer indexing, `index_select`, `gather`, `topk`, `sort`, `masked_fill`, in-place clamps, three-argument
+  `torch.where`, `count_nonzero`: fixed output shapes, no host read: 0.
+
+`CORPUS` lists them; `HELPER` is a helper called from two lines (its syncs are at its own line, per call site).
+`pitfalls.gpu_proof` runs the same corpus on CUDA under `torch.cuda.set_sync_debug_mode("warn")`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import torch
+
+from pitfalls.probes.sites import HazardLocator, LocatedHazards
+
+__all__ = [
+    "CORPUS", "HELPER", "Agreement", "Construct", "agreement", "corpus_data", "expected_per_line", "line_of",
+    "run_corpus", "scan_per_line",
+]
+
+N = 64
+
+
+def corpus_data(device: str | torch.device = "cpu") -> SimpleNamespace:
+    """The tensors the constructs read, all on `device`, the same values on every device.
+
+    Args:
+        device: where every tensor lives.
+
+    Returns:
+        A namespace of tensors; `y` and `w` are written to by the constructs.
+    """
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(N, generator=g)
+    d = SimpleNamespace(
+        x=x,
+        other=x.clone() + 1.0,
+        mask=x > 0,
+        idx=torch.randint(0, N, (16,), generator=g),
+        x2d=torch.randn(8, N, generator=g),
+        idx2d=torch.randint(0, N, (8, 4), generator=g),
+        labels=torch.randint(0, 8, (N,), generator=g),
+        reps=torch.randint(0, 3, (N,), generator=g),
+        y=x.clone(),
+        w=torch.randn(N, generator=g),
+        loss=x.abs().mean(),
+    )
+    for name, value in vars(d).items():
+        setattr(d, name, value.to(device))
+    d.w.requires_grad_(True)
+    d.total_reps = int(d.reps.sum().item())
+    d.hits = 0
+    return d
+
+
+# -- the constructs: one line each -------------------------------------------------------------------------------
+
+
+def bool_read(d: SimpleNamespace) -> object:
+    return d.x[d.mask]
+
+
+def bool_write_scalar(d: SimpleNamespace) -> None:
+    d.y[d.mask] = 0.0
+
+
+def bool_write_host_tensor(d: SimpleNamespace) -> None:
+    d.y[d.mask] = torch.tensor(1.5)
+
+
+def bool_write_device_scalar(d: SimpleNamespace) -> None:
+    d.y[d.mask] = d.x.max()
+
+
+def bool_write_device_slice(d: SimpleNamespace) -> None:
+    d.y[d.mask] = d.x[:1]
+
+
+def bool_read_write(d: SimpleNamespace) -> None:
+    d.y[d.mask] = d.x[d.mask] * 2
+
+
+def bool_read_backward(d: SimpleNamespace) -> None:
+    d.w[d.mask].sum().backward()
+
+
+def where_one_argument(d: SimpleNamespace) -> object:
+    return torch.where(d.mask)
+
+
+def where_three_arguments(d: SimpleNamespace) -> object:
+    return torch.where(d.mask, d.x, 0.0)
+
+
+def nonzero(d: SimpleNamespace) -> object:
+    return torch.nonzero(d.mask)
+
+
+def nonzero_as_tuple(d: SimpleNamespace) -> object:
+    return d.mask.nonzero(as_tuple=True)
+
+
+def count_nonzero(d: SimpleNamespace) -> object:
+    return torch.count_nonzero(d.mask)
+
+
+def unique(d: SimpleNamespace) -> object:
+    return torch.unique(d.labels)
+
+
+def masked_select(d: SimpleNamespace) -> object:
+    return torch.masked_select(d.x, d.mask)
+
+
+def repeat_interleave(d: SimpleNamespace) -> object:
+    return torch.repeat_interleave(d.x, d.reps)
+
+
+def repeat_interleave_output_size(d: SimpleNamespace) -> object:
+    return torch.repeat_interleave(d.x, d.reps, output_size=d.total_reps)
+
+
+def bincount(d: SimpleNamespace) -> object:
+    return torch.bincount(d.labels)
+
+
+def equal(d: SimpleNamespace) -> object:
+    return torch.equal(d.x, d.other)
+
+
+def item(d: SimpleNamespace) -> object:
+    return d.loss.item()
+
+
+def bool_of_tensor(d: SimpleNamespace) -> object:
+    return bool(d.loss > 0)
+
+
+def int_of_tensor(d: SimpleNamespace) -> object:
+    return int(d.labels.max())
+
+
+def float_of_tensor(d: SimpleNamespace) -> object:
+    return float(d.loss)
+
+
+def if_any(d: SimpleNamespace) -> None:
+    if d.mask.any(): d.hits += 1  # noqa: E701 (one line: the construct is the branch on a tensor)
+
+
+def f_string(d: SimpleNamespace) -> object:
+    return f"loss {d.loss:.4f}"
+
+
+def to_cpu_method(d: SimpleNamespace) -> object:
+    return d.x.cpu()
+
+
+def to_cpu_string(d: SimpleNamespace) -> object:
+    return d.x.to("cpu")
+
+
+def to_cpu_keyword(d: SimpleNamespace) -> object:
+    return d.x.to(device="cpu")
+
+
+def to_cpu_non_blocking(d: SimpleNamespace) -> object:
+    return d.x.to("cpu", non_blocking=True)
+
+
+def tolist(d: SimpleNamespace) -> object:
+    return d.x.tolist()
+
+
+def integer_index(d: SimpleNamespace) -> object:
+    return d.x[d.idx]
+
+
+def index_select(d: SimpleNamespace) -> object:
+    return torch.index_select(d.x, 0, d.idx)
+
+
+def gather(d: SimpleNamespace) -> object:
+    return torch.gather(d.x2d, 1, d.idx2d)
+
+
+def topk(d: SimpleNamespace) -> object:
+    return torch.topk(d.x, 5)
+
+
+def sort(d: SimpleNamespace) -> object:
+    return torch.sort(d.x)
+
+
+def masked_fill(d: SimpleNamespace) -> object:
+    return d.x.masked_fill(d.mask, 0.0)
+
+
+def clamp_in_place(d: SimpleNamespace) -> object:
+    return d.y.clamp_(min=-1.0, max=1.0)
+
+
+def _nonzero_rows(mask: torch.Tensor) -> torch.Tensor:
+    return mask.nonzero()
+
+
+def helper_called_twice(d: SimpleNamespace) -> None:
+    _nonzero_rows(d.mask)
+    _nonzero_rows(~d.mask)
+
+
+@dataclass(frozen=True)
+class Construct:
+    """One construct of the corpus.
+
+    Attributes:
+        run: the one-line function; call it with `corpus_data(device)`.
+        syncs: the syncs one call makes on CUDA in eager mode.
+    """
+
+    run: Callable[[SimpleNamespace], object]
+    syncs: int
+
+    @property
+    def name(self) -> str:
+        """The construct's function name."""
+        return self.run.__name__
+
+    @property
+    def code(self) -> str:
+        """The construct's one line."""
+        return inspect.getsource(self.run).splitlines()[-1].strip()
+
+
+CORPUS: tuple[Construct, ...] = (
+    Construct(bool_read, 1),
+    Construct(bool_write_scalar, 0),
+    Construct(bool_write_host_tensor, 0),
+    Construct(bool_write_device_scalar, 1),
+    Construct(bool_write_device_slice, 1),
+    Construct(bool_read_write, 2),
+    Construct(bool_read_backward, 2),
+    Construct(where_one_argument, 1),
+    Construct(where_three_arguments, 0),
+    Construct(nonzero, 1),
+    Construct(nonzero_as_tuple, 1),
+    Construct(count_nonzero, 0),
+    Construct(unique, 1),
+    Construct(masked_select, 1),
+    Construct(repeat_interleave, 2),
+    Construct(repeat_interleave_output_size, 0),
+    Construct(bincount, 2),
+    Construct(equal, 1),
+    Construct(item, 1),
+    Construct(bool_of_tensor, 1),
+    Construct(int_of_tensor, 1),
+    Construct(float_of_tensor, 1),
+    Construct(if_any, 1),
+    Construct(f_string, 1),
+    Construct(to_cpu_method, 1),
+    Construct(to_cpu_string, 1),
+    Construct(to_cpu_keyword, 1),
+    Construct(to_cpu_non_blocking, 0),
+    Construct(tolist, 1),
+    Construct(integer_index, 0),
+    Construct(index_select, 0),
+    Construct(gather, 0),
+    Construct(topk, 0),
+    Construct(sort, 0),
+    Construct(masked_fill, 0),
+    Construct(clamp_in_place, 0),
+)
+
+# The helper's line syncs once per call site: twice per call of `helper_called_twice`.
+HELPER = Construct(helper_called_twice, 2)
+
+
+def line_of(fn: Callable[..., object]) -> tuple[str, int]:
+    """The file and the number of the last line of a function (a construct's one line, the helper's return).
+
+    Args:
+        fn: a function of this module.
+
+    Returns:
+        (path, line number).
+    """
+    lines, start = inspect.getsourcelines(fn)
+    return inspect.getsourcefile(fn) or "", start + len(lines) - 1
+
+
+def run_corpus(d: SimpleNamespace) -> None:
+    """Call every construct once, then the helper: one step over the whole corpus.
+
+    Args:
+        d: the corpus data, from `corpus_data`.
+    """
+    for construct in CORPUS:
+        construct.run(d)
+    HELPER.run(d)
+
+
+_Line = tuple[str, int]
+
+
+def expected_per_line() -> dict[_Line, int]:
+    """The labelled syncs per call of `run_corpus`, by source line (the helper's at its own line)."""
+    expected = {line_of(c.run): c.syncs for c in CORPUS}
+    expected[line_of(_nonzero_rows)] = HELPER.syncs
+    return expected
+
+
+def scan_per_line(device: str = "cpu", *, calls: int = 2) -> tuple[dict[_Line, float], LocatedHazards]:
+    """Scan `run_corpus` once warmed up: the counter's syncs per call by source line, and what it located.
+
+    Args:
+        device: where the corpus data lives.
+        calls: counted calls after one warm-up call.
+
+    Returns:
+        (syncs per call by line, the located hazards over all counted calls).
+    """
+    d = corpus_data(device)
+    run_corpus(d)
+    with HazardLocator() as locator:
+        for _ in range(calls):
+            run_corpus(d)
+    found = locator.result
+    per_line: dict[_Line, float] = {}
+    for site in found.sites:
+        key = (site.line.path, site.line.lineno) if site.line else ("", 0)
+        per_line[key] = per_line.get(key, 0) + site.count / calls
+    return per_line, found
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How one per-line count agrees with another taken as the truth.
+
+    Attributes:
+        precision: the share of the counted syncs that the truth has at the same line.
+        recall: the share of the truth's syncs counted at their line.
+        wrong: (line, counted, truth) for every line where they differ.
+    """
+
+    precision: float
+    recall: float
+    wrong: tuple[tuple[_Line, float, float], ...]
+
+
+def agreement(counted: Mapping[_Line, float], truth: Mapping[_Line, float]) -> Agreement:
+    """Compare per-line counts with the truth, line by line (a sync counted at the wrong line is a miss).
+
+    Args:
+        counted: syncs per call by line, as a counter says.
+        truth: syncs per call by line, as labelled or as CUDA counted them.
+
+    Returns:
+        The `Agreement`; precision and recall are 1.0 when nothing was counted and nothing was due.
+    """
+    lines = set(counted) | set(truth)
+    hits = sum(min(counted.get(line, 0), truth.get(line, 0)) for line in lines)
+    total_counted = sum(counted.values())
+    total_truth = sum(truth.values())
+    wrong = tuple(
+        sorted((line, counted.get(line, 0), truth.get(line, 0)) for line in lines
+               if counted.get(line, 0) != truth.get(line, 0))
+    )
+    return Agreement(
+        precision=hits / total_counted if total_counted else 1.0,
+        recall=hits / total_truth if total_truth else 1.0,
+        wrong=wrong,
+    )

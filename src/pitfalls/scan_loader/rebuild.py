@@ -1,0 +1,97 @@
+"""The user's loader rebuilt with other options from the same dataset, its batches cycling without an epoch end,
+and shut down with every worker gone."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from torch.utils.data import DataLoader, IterableDataset
+
+from pitfalls.families.loader.workers import sigchld_held
+
+__all__ = ["CyclingBatches", "batches_per_epoch", "rebuild", "shut_down", "worker_pids"]
+
+DEFAULT_PREFETCH = 2
+_JOIN_S = 10.0
+
+
+class CyclingBatches:
+    """A batch sampler that repeats the user's, epoch after epoch, so that a timed run never meets an epoch end."""
+
+    def __init__(self, inner: Iterable[list[int]]) -> None:
+        self.inner = inner
+
+    def __iter__(self) -> Iterator[list[int]]:
+        while True:
+            yielded = False
+            for indices in self.inner:
+                yielded = True
+                yield indices
+            if not yielded:
+                return
+
+    def __len__(self) -> int:
+        return len(self.inner)  # type: ignore[arg-type]
+
+
+def batches_per_epoch(loader: DataLoader[Any]) -> int | None:
+    """Batches in one epoch of the user's loader, or None when it has no length (an iterable dataset)."""
+    try:
+        return len(loader)
+    except TypeError:
+        return None
+
+
+def rebuild(loader: DataLoader[Any], *, workers: int, pin_memory: bool = False, persistent_workers: bool = False,
+            cycle: bool = True) -> DataLoader[Any]:
+    """The same dataset, sampler, collate function and worker options, with other workers, pinning, persistence.
+
+    Args:
+        loader: the user's DataLoader.
+        workers: num_workers.
+        pin_memory: DataLoader's pin_memory.
+        persistent_workers: DataLoader's persistent_workers (with workers only).
+        cycle: repeat the epochs without end (a map-style dataset with a batch sampler only).
+
+    Returns:
+        A new DataLoader; the user's is not touched.
+    """
+    options: dict[str, Any] = {"num_workers": workers, "pin_memory": pin_memory, "collate_fn": loader.collate_fn,
+                               "timeout": loader.timeout, "generator": loader.generator}
+    if workers:
+        options.update(prefetch_factor=loader.prefetch_factor or DEFAULT_PREFETCH,
+                       persistent_workers=persistent_workers, worker_init_fn=loader.worker_init_fn,
+                       multiprocessing_context=loader.multiprocessing_context)
+    if isinstance(loader.dataset, IterableDataset):
+        options.update(batch_size=loader.batch_size, drop_last=loader.drop_last)
+    elif loader.batch_sampler is not None:
+        options["batch_sampler"] = CyclingBatches(loader.batch_sampler) if cycle else loader.batch_sampler
+    else:
+        options.update(batch_size=None, sampler=loader.sampler)
+    return DataLoader(loader.dataset, **options)
+
+
+def worker_pids(iterator: Iterator[Any]) -> list[int]:
+    """The pids of a DataLoader iterator's live workers (none without workers)."""
+    return [int(w.pid) for w in getattr(iterator, "_workers", ()) if w.pid is not None and w.is_alive()]
+
+
+def shut_down(iterator: Iterator[Any] | None) -> None:
+    """Stop a DataLoader iterator's workers and wait until each has exited, killing any that does not stop."""
+    if iterator is None:
+        return
+    processes = list(getattr(iterator, "_workers", ()))
+    shutdown = getattr(iterator, "_shutdown_workers", None)  # DataLoader has no public one; its __del__ calls this
+    with sigchld_held():
+        if shutdown is not None:
+            try:
+                shutdown()
+            except RuntimeError as error:  # a worker already dead is reported again while the others are joined
+                if not str(error).startswith("DataLoader worker"):
+                    raise
+        for process in processes:
+            process.join(timeout=_JOIN_S)
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=_JOIN_S)

@@ -1,0 +1,82 @@
+"""The committed suite description, results/benchmarks.json, against what asv writes from this checkout.
+
+asv writes ``benchmarks.json`` from its discovery of the suite (asv_runner's ``discover``, in a fresh process, as
+the main job runs it with the quick grid and no plug-in families); ``pitfalls merge`` compares exactly this file
+between machines. A stale one describes a suite the checkout no longer is.
+
+    python -m pitfalls.suite_description           # exit 1 naming the benchmarks that differ
+    python -m pitfalls.suite_description --write   # refresh results/benchmarks.json as asv would write it
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from asv import runner as asv_runner_script
+from asv import util as asv_util
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMITTED = ROOT / "results" / "benchmarks.json"
+API_VERSION = 2  # asv's Benchmarks.api_version
+REFRESH = "python -m pitfalls.suite_description --write"
+# What the main job leaves out of the suite's environment: plug-in families and another grid change the suite.
+UNSET = ("PITFALLS_FAMILIES", "PITFALLS_GRID", "PITFALLS_ROUNDS")
+
+
+def discovered(benchmarks: Path = ROOT / "benchmarks") -> dict[str, Any]:
+    """The suite as asv discovers it (asv's own ``benchmark.py discover``, as ``asv run`` calls it), by name."""
+    env = {k: v for k, v in os.environ.items() if k not in UNSET}
+    with tempfile.TemporaryDirectory(prefix="pitfalls-discover-") as tmp:
+        out = Path(tmp) / "result.json"
+        command = [sys.executable, asv_runner_script.BENCHMARK_RUN_SCRIPT, "discover", str(benchmarks), str(out)]
+        subprocess.run(command, cwd=tmp, env=env, check=True, capture_output=True, text=True, timeout=600)
+        listed = json.loads(out.read_text())
+    return {benchmark["name"]: benchmark for benchmark in listed}
+
+
+def committed(path: Path = COMMITTED) -> dict[str, Any]:
+    """The committed description, by benchmark name (asv's file without its version key)."""
+    return asv_util.load_json(str(path), api_version=API_VERSION)
+
+
+def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """One line per benchmark that is missing, new, or described otherwise (naming the fields that differ)."""
+    lines = [f"{name}: not in the suite any more" for name in sorted(set(old) - set(new))]
+    lines += [f"{name}: not in the committed description" for name in sorted(set(new) - set(old))]
+    for name in sorted(set(old) & set(new)):
+        fields = sorted(k for k in set(old[name]) | set(new[name]) if old[name].get(k) != new[name].get(k))
+        if fields:
+            lines.append(f"{name}: {', '.join(fields)} differ")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Check (exit 1 on a difference) or ``--write`` the committed suite description."""
+    parser = argparse.ArgumentParser(prog="python -m pitfalls.suite_description",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="refresh results/benchmarks.json from the checkout")
+    args = parser.parse_args(argv)
+    new = discovered()
+    if args.write:
+        asv_util.write_json(str(COMMITTED), new, API_VERSION)
+        print(f"wrote {COMMITTED.relative_to(ROOT)}: {len(new)} benchmarks")
+        return 0
+    lines = differences(committed(), new)
+    for line in lines:
+        print(line)
+    if lines:
+        print(f"results/benchmarks.json does not describe this checkout's suite; refresh it: {REFRESH}")
+        return 1
+    print(f"results/benchmarks.json describes this checkout's suite ({len(new)} benchmarks)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""Every skip is accounted for: the run ends with the skip reasons grouped, allowed (tests/skips.py) or not."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from multiprocessing import resource_tracker
+
+import pytest
+from skips import STRICT_ENV, grouped
+
+
+@pytest.fixture(autouse=True)
+def _no_resource_tracker_left_behind() -> Iterator[None]:
+    # multiprocessing starts its resource tracker (a child of this process for the rest of the run) for spawned
+    # DataLoader workers and shared memory. A test that started it stops it, so that a later test's process group
+    # (the group memory sampler counts every descendant) holds only what that test started.
+    tracker = resource_tracker._resource_tracker
+    running_before = tracker._pid is not None
+    yield
+    if not running_before and tracker._pid is not None:
+        tracker._stop()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--phase", choices=("parallel", "serial"), default=None,
+                     help="only the tests marked serial (timing and memory figures read against planted values), "
+                          "or only the others; tests/shuffled.py --parallel N runs the others across N processes, "
+                          "then the serial ones alone")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    phase = config.getoption("--phase")
+    if phase is None:
+        return
+    serial = phase == "serial"
+    kept = [item for item in items if (item.get_closest_marker("serial") is not None) == serial]
+    left = [item for item in items if (item.get_closest_marker("serial") is not None) != serial]
+    if left:
+        config.hook.pytest_deselected(items=left)
+    items[:] = kept
+
+
+def _skip_reasons(config: pytest.Config) -> list[str]:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    reasons = []
+    for report in getattr(reporter, "stats", {}).get("skipped", []):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        reasons.append(reason.removeprefix("Skipped: "))
+    return reasons
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _, unexpected = grouped(_skip_reasons(session.config))
+    if unexpected and os.environ.get(STRICT_ENV) == "1" and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:  # noqa: ANN001
+    ok, unexpected = grouped(_skip_reasons(config))
+    if not ok and not unexpected:
+        return
+    terminalreporter.section("skips")
+    for why, count in sorted(ok.items()):
+        terminalreporter.line(f"allowed ({why}): {count}")
+    for reason, count in sorted(unexpected.items()):
+        terminalreporter.line(f"NOT ALLOWED: {count} x {reason}", red=True)
+    if unexpected:
+        terminalreporter.line(f"{sum(unexpected.values())} skip(s) not on the allow-list of tests/skips.py"
+                              + (" fail this run" if os.environ.get(STRICT_ENV) == "1" else ""), red=True)

@@ -1,0 +1,105 @@
+"""Run tests in a shuffled order: collect the node ids, shuffle them with a printed seed, run them in that order.
+
+    python tests/shuffled.py [--seed N] [--bucket module|global] [--parallel N] [pytest arguments: files, -m, -k ...]
+
+Tests must not depend on their order (each builds its own sites and result files); this shows it without a
+plugin, and the test command runs the suite this way. With ``--bucket module`` (the default, as in
+pytest-random-order) the modules run in a shuffled order and each module's tests in a shuffled order among
+themselves, so a module-scoped fixture (a built site, a merged history) is made once; ``--bucket global``
+shuffles every test among all. The same seed gives the same order, so a failure can be replayed.
+
+With ``--parallel N`` the run has two phases: the tests not marked ``serial`` across N processes (pytest-xdist,
+one module per process at a time), then the ``serial`` ones (timing and memory figures read against planted
+values) with the machine to themselves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import re
+import subprocess
+import sys
+
+VERBOSITY = re.compile(r"-[qv]+|--quiet|--verbose")
+NO_TESTS = 5  # pytest's exit status when nothing was collected
+
+
+def shuffle(nodes: list[str], seed: int, bucket: str) -> list[str]:
+    """The node ids in the seed's order: all at once (``global``), or module by module (``module``)."""
+    rng = random.Random(seed)
+    if bucket == "global":
+        shuffled = list(nodes)
+        rng.shuffle(shuffled)
+        return shuffled
+    modules: dict[str, list[str]] = {}
+    for node in nodes:
+        modules.setdefault(node.split("::", 1)[0], []).append(node)
+    order = list(modules)
+    rng.shuffle(order)
+    out: list[str] = []
+    for module in order:
+        tests = modules[module]
+        rng.shuffle(tests)
+        out += tests
+    return out
+
+
+def is_selection(arg: str) -> bool:
+    """Whether a pytest argument names tests (a path, or a node id) rather than being an option or its value."""
+    return not arg.startswith("-") and os.path.exists(arg.split("::", 1)[0])
+
+
+def collect(pytest_args: list[str]) -> tuple[int, list[str], str]:
+    """(pytest's status, the node ids, its output) of a collection with these arguments."""
+    # One node id per line needs exactly one -q: the caller's verbosity goes to the run only.
+    selecting = [arg for arg in pytest_args if not VERBOSITY.fullmatch(arg)]
+    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                                *selecting], capture_output=True, text=True, check=False)
+    nodes = [line for line in collected.stdout.splitlines() if "::" in line and is_selection(line)]
+    return collected.returncode, nodes, collected.stdout[-3000:] + collected.stderr[-3000:]
+
+
+def run_shuffled(pytest_args: list[str], seed: int, bucket: str, extra: list[str], label: str) -> int:
+    """Collect with ``pytest_args``, shuffle, and run in that order with ``extra`` options; pytest's status
+    (`NO_TESTS` when nothing was selected)."""
+    status, nodes, output = collect(pytest_args)
+    if status == NO_TESTS or (status == 0 and not nodes):
+        print(f"{label}no test selected", flush=True)
+        return NO_TESTS
+    if status != 0:
+        print(output, file=sys.stderr)
+        return status
+    print(f"{label}shuffled {len(nodes)} tests with --seed {seed} --bucket {bucket} "
+          f"(replay: python tests/shuffled.py --seed {seed} --bucket {bucket} ...)", flush=True)
+    # The node ids already carry the selection (files, -m, -k); pytest runs them in the order given, with the
+    # other options (-x, --durations, ...).
+    options = [arg for arg in pytest_args if not is_selection(arg)]
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *options, *extra,
+                           *shuffle(nodes, seed, bucket)], check=False).returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Collect, shuffle and run (in two phases with ``--parallel``); returns pytest's exit status."""
+    parser = argparse.ArgumentParser(prog="tests/shuffled.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=None, help="the shuffle's seed (default: a random one)")
+    parser.add_argument("--bucket", choices=("module", "global"), default="module",
+                        help="shuffle within and across modules (default), or every test among all")
+    parser.add_argument("--parallel", type=int, default=1, metavar="N",
+                        help="run the tests not marked serial across N processes (pytest-xdist, a module per "
+                             "process), then the serial ones alone (default 1: all in one process)")
+    args, pytest_args = parser.parse_known_args(argv)
+    seed = args.seed if args.seed is not None else random.randrange(2**32)
+    if args.parallel <= 1:
+        return run_shuffled(pytest_args, seed, args.bucket, [], "")
+    # loadfile keeps a module's tests in one process, in the shuffled order, so a module-scoped fixture is made once.
+    phases = (("parallel", ["-n", str(args.parallel), "--dist", "loadfile"]), ("serial", []))
+    statuses = [run_shuffled([*pytest_args, "--phase", phase], seed, args.bucket, extra, f"[{phase} phase] ")
+                for phase, extra in phases]
+    ran = [status for status in statuses if status != NO_TESTS]
+    return max(ran) if ran else NO_TESTS
+
+
+if __name__ == "__main__":
+    sys.exit(main())

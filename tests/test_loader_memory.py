@@ -1,0 +1,94 @@
+"""The loader's memory figures: the group's peak, copy-on-write per item, the workers' growth over an epoch; each
+calibrated on a planted answer through the loader's own code, and each mutation of the instruments caught."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import Any
+
+import pytest
+
+from pitfalls.calibration.table import verdict
+from pitfalls.families.loader import FAMILY, memory, probes
+from pitfalls.families.loader import memory_checks as calibrations
+from pitfalls.probes import group_memory
+from pitfalls.probes.result import Unavailable
+
+# Memory figures read against planted values: with the machine to themselves.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
+
+CHECKS = {check.name: check for check in calibrations.CHECKS}
+
+
+def check_named(prefix: str) -> Any:
+    (check,) = [c for name, c in CHECKS.items() if name.startswith(prefix)]
+    return check
+
+
+def test_every_memory_check_is_the_familys_and_names_a_figure_it_publishes() -> None:
+    assert set(calibrations.CHECKS) <= set(FAMILY.calibrations)
+    figure_names = {calibrations.PEAK_PSS, calibrations.PEAK_USS, calibrations.COPIED_PER_ITEM}
+    case = FAMILY.build("uint8", image_size=8, batch=4, items=8)
+    try:
+        own = {name for name, *_ in probes.own_figures(case)}
+    finally:
+        case.close()
+    assert figure_names <= own
+
+
+@pytest.mark.parametrize("prefix", ["loader: group peak", "loader: copy-on-write", "loader: metadata growth"])
+def test_each_memory_check_reads_its_planted_answer(prefix: str) -> None:
+    check = check_named(prefix)
+    row = verdict(check, check.measure("cpu"))
+    assert row.verdict == "pass", row
+
+
+def parent_only(root_pid: int) -> list[group_memory.MemberSample]:
+    """A process table that sees the main process and none of its workers: the fault the row must catch."""
+    return [sample for sample in group_memory.group_members(root_pid) if sample.pid == os.getpid()]
+
+
+def test_a_group_memory_that_counts_only_the_parent_fails_its_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory, "GroupMemorySampler",
+                        functools.partial(group_memory.GroupMemorySampler, members=parent_only))
+    check = check_named("loader: group peak")
+    row = verdict(check, check.measure("cpu"))
+    assert row.verdict == "fail" and row.measured is not None and row.measured < 0.5 * row.planted, row
+
+
+@dataclasses.dataclass(frozen=True)
+class DividesByAtLeastOne(probes.CopyOnWrite):
+    """The old figure: growth over max(items read, 1), which reads 0.0 when nothing was read."""
+
+    @property
+    def per_item(self) -> float:  # type: ignore[override]
+        return sum(self.window) / max(self.items_read, 1)
+
+
+def no_figure_without_reads(kind: type[probes.CopyOnWrite]) -> None:
+    """What every copy-on-write figure must do when the window read nothing: say n/a, not 0."""
+    nothing = kind(startup=(5 << 20, 5 << 20), window=(0, 0), items_read=0, storage="list")
+    assert isinstance(nothing.per_item, Unavailable), nothing.per_item
+
+
+def test_copy_on_write_with_nothing_read_is_na_and_the_old_formula_is_caught() -> None:
+    no_figure_without_reads(probes.CopyOnWrite)
+    with pytest.raises(AssertionError):
+        no_figure_without_reads(DividesByAtLeastOne)
+    read = probes.CopyOnWrite(startup=(0,), window=(8 << 20,), items_read=2048, storage="list")
+    assert read.per_item == 4096
+
+
+def test_the_peak_is_the_whole_groups_and_sampled_during_the_run() -> None:
+    step = calibrations.planted_step(calibrations.HeldPerWorker(32, 16), workers=2)
+    try:
+        peak = memory.group_peak(step, batches=8)
+    finally:
+        step.close()
+    assert peak.peak_processes == 3 and peak.samples >= 2
+    assert {p.pid for p in peak.processes} >= {os.getpid()}
+    # Each worker's own peak holds its planted 16 MiB.
+    workers = [p for p in peak.processes if p.pid != os.getpid()]
+    assert len(workers) == 2 and all(p.uss > 16 << 20 for p in workers)
