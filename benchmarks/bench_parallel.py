@@ -31,8 +31,8 @@ TIMEOUT_S = 600
 # The series of these methods restarted when their method changed (timed inside the ranks, one routine for every
 # variant; memory estimated per device; figures n/a one by one).
 VERSION = "parallel-in-rank-steps-1"
-# Steps per block of the speedup (A B A B, 5 block pairs): fewer than the figures' 10, to keep the family's share
-# of the quick grid near its 2.5 minutes; the same routine.
+# Steps per block of the speedup (A B A B, 5 block pairs at least, more within the routine's budget of seconds):
+# fewer than the figures' 10, to keep the family's share of the quick grid near its 2.5 minutes; the same routine.
 SPEEDUP_STEPS = 5
 # Series that ended with that change: a ddp "step" timed as a control round trip is not measured any more.
 RETIRED = ("bench_parallel.Step.time_step",)

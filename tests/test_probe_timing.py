@@ -173,10 +173,42 @@ def test_blocked_speedup_runs_one_case_per_block_and_takes_the_median_of_block_p
         calls.append(("b", units))
         return next(cand)
 
-    result = blocked_speedup(baseline, candidate, blocks=3, units=4)
+    result = blocked_speedup(baseline, candidate, blocks=3, units=4, seconds=0)
     assert calls == [("a", 4), ("b", 4)] * 3
     assert result.ratios == pytest.approx((2.0, 2.0, 9.0)) and result.ratio == pytest.approx(2.0)
     assert result.rounds == 3
     assert (result.baseline_median_s, result.candidate_median_s) == (0.022, 0.010)
     with pytest.raises(ValueError, match="block 0 reported a non-positive time"):
         blocked_speedup(lambda n: 0.0, lambda n: 0.01, blocks=1)
+
+
+def test_blocked_speedup_times_more_pairs_within_its_seconds_and_stops_at_max_blocks():
+    from pitfalls.probes import blocked_speedup
+
+    now = [0.0]
+    calls = []
+
+    def clock() -> float:
+        return now[0]
+
+    def block(name: str):
+        def timed(units: int) -> float:
+            calls.append(name)
+            now[0] += 0.25  # each block takes a quarter of a second on the fake clock
+            return 0.02 if name == "a" else 0.01
+        return timed
+
+    # 5 pairs take 2.5 s: the budget of 4 s asks for pairs until 4 s have passed (8 pairs).
+    result = blocked_speedup(block("a"), block("b"), blocks=5, seconds=4.0, clock=clock)
+    assert result.rounds == 8 and result.ratio == pytest.approx(2.0)
+    assert calls == ["a", "b"] * 8
+    # Long blocks: the budget is spent before the minimum, which still holds.
+    now[0], calls[:] = 0.0, []
+    assert blocked_speedup(block("a"), block("b"), blocks=5, seconds=1.0, clock=clock).rounds == 5
+    # Instant blocks stop at max_blocks.
+    frozen = blocked_speedup(lambda n: 0.02, lambda n: 0.01, blocks=2, seconds=10.0, max_blocks=7, clock=lambda: 0.0)
+    assert frozen.rounds == 7
+    with pytest.raises(ValueError, match="seconds=-1 is not allowed"):
+        blocked_speedup(lambda n: 0.02, lambda n: 0.01, seconds=-1)
+    with pytest.raises(ValueError, match="max_blocks"):
+        blocked_speedup(lambda n: 0.02, lambda n: 0.01, blocks=5, max_blocks=4)

@@ -52,7 +52,7 @@ def self_speedup_reading(device: str) -> Reading:
     finally:
         first.close()
         second.close()
-    return Reading(1.0, result.ratio, f"{BLOCKS} block pairs of {STEPS} steps")
+    return Reading(1.0, result.ratio, f"{result.rounds} block pairs of {STEPS} steps")
 
 
 CHECKS = (

@@ -229,12 +229,23 @@ def _median_speedup(pairs: list[tuple[float, float]]) -> Speedup:
     )
 
 
+# Seconds a blocked speedup keeps timing pairs after its first ``blocks``, and the most pairs it times. Load on a
+# shared machine comes in bursts of a second or more: many short adjacent pairs see the same load, and their median
+# holds where a few long pairs do not. Measured here with `naive` against itself without workers, six medians each,
+# with a busy loop on one of the two cores: 5 pairs of 0.5 s read 0.963-1.089, 25 pairs of 0.1 s 0.986-1.004.
+BLOCKED_SECONDS = 5.0
+MAX_BLOCKS = 50
+
+
 def blocked_speedup(
     baseline: Callable[[int], float],
     candidate: Callable[[int], float],
     *,
     blocks: int = 5,
     units: int = 1,
+    seconds: float = BLOCKED_SECONDS,
+    max_blocks: int = MAX_BLOCKS,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> Speedup:
     """Compare two cases by steady-state blocks, one case at a time: A B A B ... of ``units`` calls each.
 
@@ -245,20 +256,30 @@ def blocked_speedup(
     Args:
         baseline: ``baseline(units) -> seconds per call`` at steady state.
         candidate: the same for the case compared with it.
-        blocks: block pairs timed (>= 1).
+        blocks: block pairs timed at least (>= 1).
         units: calls per block (>= 1).
+        seconds: after ``blocks`` pairs, more pairs are timed until this many seconds have passed since the first
+            (short blocks give many pairs, long ones ``blocks``).
+        max_blocks: block pairs timed at most (>= ``blocks``).
+        clock: seconds as a float, for the budget; inject a fake in tests.
 
     Returns:
         A `Speedup` whose ``rounds`` are block pairs.
     """
     check_callable("baseline", baseline)
     check_callable("candidate", candidate)
+    check_callable("clock", clock)
     check_int_at_least("blocks", blocks, 1)
     check_int_at_least("units", units, 1)
-    pairs = []
-    for i in range(blocks):
+    check_int_at_least("max_blocks", max_blocks, blocks)
+    if not seconds >= 0:
+        raise ValueError(f"seconds={seconds!r} is not allowed; allowed: a number of seconds >= 0")
+    pairs: list[tuple[float, float]] = []
+    began = clock()
+    while len(pairs) < blocks or (len(pairs) < max_blocks and clock() - began < seconds):
         b, c = baseline(units), candidate(units)
         if b <= 0 or c <= 0:
-            raise ValueError(f"block {i} reported a non-positive time per call (baseline {b!r} s, candidate {c!r} s)")
+            raise ValueError(f"block {len(pairs)} reported a non-positive time per call (baseline {b!r} s, "
+                             f"candidate {c!r} s)")
         pairs.append((b, c))
     return _median_speedup(pairs)

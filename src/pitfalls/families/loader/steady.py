@@ -23,15 +23,18 @@ from typing import Any
 from pitfalls.devices import synchronize
 from pitfalls.families.loader.steps import BatchStep
 
-__all__ = ["MIN_BATCHES", "MIN_SECONDS", "TIMED_PER_PREFILLED", "Steady", "batches_to_time", "block", "prefilled",
+__all__ = ["BLOCK_SECONDS", "MIN_BATCHES", "MIN_SECONDS", "TIMED_PER_PREFILLED", "Steady", "batches_to_time", "block", "prefilled",
            "run", "settle", "steady_state"]
 
 # Timed batches per batch that could have been made in advance, at least.
 TIMED_PER_PREFILLED = 10
 # Timed batches at least, for a case with nothing made in advance (no workers, the floor).
 MIN_BATCHES = 10
-# Seconds timed at least: the minimum time of a speedup block and of samples/s.
+# Seconds timed at least by samples/s (and by any `run` not told otherwise).
 MIN_SECONDS = 0.5
+# Seconds timed at least by one block of a speedup: short, so that `pitfalls.probes.blocked_speedup` fits many
+# adjacent pairs in its budget (see there); a block still times at least its `batches_to_time`.
+BLOCK_SECONDS = 0.1
 
 
 def prefilled(workers: int, prefetch_factor: int) -> int:
@@ -188,5 +191,6 @@ def run(step: BatchStep, *, units: int = 1, min_seconds: float = MIN_SECONDS) ->
 
 
 def block(step: BatchStep, units: int) -> float:
-    """`Case.block` of a loader case: seconds per batch of a steady-state `run` of at least ``units`` batches."""
-    return run(step, units=units).seconds_per_batch
+    """`Case.block` of a loader case: seconds per batch of a steady-state `run` of at least ``units`` batches and
+    `BLOCK_SECONDS`."""
+    return run(step, units=units, min_seconds=BLOCK_SECONDS).seconds_per_batch

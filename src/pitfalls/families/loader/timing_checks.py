@@ -30,7 +30,7 @@ from pitfalls.calibration.table import SPEEDUP, Check, Reading, own_instrument
 from pitfalls.families.loader import probes, steady, verdict
 from pitfalls.families.loader.entry import ENTRY, NAME
 from pitfalls.families.loader.steps import BatchStep, make_step
-from pitfalls.probes.timing import blocked_speedup
+from pitfalls.probes.timing import BLOCKED_SECONDS, blocked_speedup
 
 SAMPLES_PER_SECOND = own_instrument(NAME, "samples per second")
 WAIT_SHARE = own_instrument(NAME, "wait share in next()")
@@ -43,6 +43,7 @@ PIXELS = 8
 STEP_MS = 50.0
 WORKERS = (0, 1, 2, 4)
 SPEEDUP_BLOCKS = 5
+PAIRS = f"block pairs: {SPEEDUP_BLOCKS} at least, more within {BLOCKED_SECONDS:g} s"
 
 Timing = Callable[[BatchStep], float]
 Comparing = Callable[[BatchStep, BatchStep], float]
@@ -128,7 +129,7 @@ def known_speedup(device: str, compare: Comparing = blocked) -> Reading:
         slow.close()
         fast.close()
     return Reading(planted_rate(workers, cost, step_ms) / planted_rate(workers, 2 * cost, step_ms), measured,
-                   f"W={workers}, {2 * cost:g} against {cost:g} ms per item, {SPEEDUP_BLOCKS} block pairs")
+                   f"W={workers}, {2 * cost:g} against {cost:g} ms per item, {PAIRS}")
 
 
 def self_speedup(workers: int, device: str, compare: Comparing = blocked) -> Reading:
@@ -140,7 +141,7 @@ def self_speedup(workers: int, device: str, compare: Comparing = blocked) -> Rea
     finally:
         first.close()
         second.close()
-    return Reading(1.0, measured, f"naive, W={workers}, smoke sizes, {SPEEDUP_BLOCKS} block pairs")
+    return Reading(1.0, measured, f"naive, W={workers}, smoke sizes, {PAIRS}")
 
 
 def planted_wait_share(workers: int, per_item_ms: float, step_ms: float) -> float:
@@ -181,8 +182,10 @@ def checks() -> tuple[Check, ...]:
                                "the issue's bar; sleeps, so the two cores do not decide it"))
     rows.append(_check("loader speedup: producer 2p against p, W=2", SPEEDUP, "x", 0.10, known_speedup,
                        "steady-state blocks of the planted producers"))
-    # With 2 workers, the main process and the machine's other work share 2 cores: the same case read 0.95-1.17
-    # at load 2-4 here (5 block pairs), so its row allows 10 %; without workers it holds the 5 %.
+    # Real work on 2 shared cores, 20 runs each beside a busy loop on one of them: without workers the case read
+    # 0.982-1.025 (many short block pairs, see `pitfalls.probes.timing.BLOCKED_SECONDS`), the 5 %; with 2
+    # workers, whose blocks are their 60 batches and a start, 0.920-1.122 (3 of 20 beyond 10 %): the workers, the
+    # main process and the co-runner share 2 cores. The test command reports a miss of the latter without failing.
     for workers, tolerance in ((0, 0.05), (2, 0.10)):
         rows.append(_check(f"loader speedup: naive against itself, W={workers}", SPEEDUP, "x", tolerance,
                            partial(_self_on, workers), "the same case reads 1.00; spread measured here"))
