@@ -23,8 +23,8 @@ from typing import Any
 from pitfalls.devices import synchronize
 from pitfalls.families.loader.steps import BatchStep
 
-__all__ = ["BLOCK_SECONDS", "MIN_BATCHES", "MIN_SECONDS", "TIMED_PER_PREFILLED", "Steady", "batches_to_time", "block", "prefilled",
-           "run", "settle", "steady_state"]
+__all__ = ["BLOCK_SECONDS", "MIN_BATCHES", "MIN_SECONDS", "TIMED_PER_PREFILLED", "Steady", "batches_to_time", "block",
+           "prefilled", "run", "settle", "steady_state"]
 
 # Timed batches per batch that could have been made in advance, at least.
 TIMED_PER_PREFILLED = 10
