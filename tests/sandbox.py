@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import psutil
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = Path(sys.prefix)
@@ -30,6 +31,15 @@ def not_bootstrapped() -> str | None:
     if not stamp.is_file() or stamp.read_text().strip() != want:
         return f"{VENV} is not bootstrapped from this checkout (run bash scripts/bootstrap)"
     return None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def bootstrapped() -> None:
+    """Autouse in a module that imports it. The scripts would reinstall the test venv from a sandbox: a venv not
+    made by scripts/bootstrap fails here, it is not a reason to skip the module."""
+    reason = not_bootstrapped()
+    if reason is not None:
+        pytest.fail(reason)
 
 
 def git(repo: Path, *args: str) -> str:

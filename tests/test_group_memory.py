@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
+import psutil
 import pytest
 
 from pitfalls.calibration import group_memory as planted
@@ -91,6 +95,33 @@ def test_bad_interval_is_refused() -> None:
 def test_real_members_include_this_process() -> None:
     (me, *_) = gm.group_members(os.getpid())
     assert me.pid == os.getpid() and 0 < me.uss <= me.pss <= me.rss
+
+
+def test_a_group_of_named_members_leaves_out_the_roots_other_children() -> None:
+    # Two children of this process: one a member (with a child of its own), one not (as a resource tracker is).
+    sleeper = "import time; time.sleep(60)"
+    member = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys; subprocess.Popen([sys.executable, "
+                               f"'-c', {sleeper!r}]); {sleeper}"])
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        deadline = time.monotonic() + 30
+        while len(psutil.Process(member.pid).children()) < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        grandchild = psutil.Process(member.pid).children()[0].pid
+        named = {m.pid for m in gm.members_named(lambda: [member.pid])(os.getpid())}
+        everyone = {m.pid for m in gm.group_members(os.getpid())}
+        assert named == {os.getpid(), member.pid, grandchild}
+        assert {member.pid, grandchild, other.pid} <= everyone
+        # A member that has ended is left out, not an error.
+        other.kill()
+        other.wait()
+        assert {m.pid for m in gm.members_named(lambda: [other.pid])(os.getpid())} == {os.getpid()}
+    finally:
+        for proc in psutil.Process(member.pid).children(recursive=True):
+            proc.kill()
+        for proc in (member, other):
+            proc.kill()
+            proc.wait()
 
 
 def test_real_shm_segment_is_found_through_proc() -> None:

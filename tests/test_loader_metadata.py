@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from pitfalls.families.loader import metadata
+from pitfalls.families.loader.memory_checks import WrittenOnce
 from pitfalls.family import SkipCase
 
 # Timing and memory figures read against planted values: with the machine to themselves.
@@ -55,27 +55,9 @@ def test_workers_copy_the_object_table_and_not_the_arrays() -> None:
     assert objects.group_uss - arrays.group_uss > 0.8 * table
 
 
-class PlantedCopy:
-    """Each worker, on its first item, writes one byte in every page of a buffer its parent allocated."""
-
-    def __init__(self, planted_mib: int, items: int) -> None:
-        self.buffer = np.ones(planted_mib * MIB, dtype=np.uint8)
-        self.items = items
-        self.written = False
-
-    def __len__(self) -> int:
-        return self.items
-
-    def __getitem__(self, index: int) -> tuple[int]:
-        if not self.written:
-            self.buffer[::4096] = 2
-            self.written = True
-        return (index,)
-
-
 def test_epoch_memory_reads_a_planted_copy_per_worker() -> None:
     def growth(planted: int) -> float:
-        run = metadata.epoch_memory(PlantedCopy(planted, 400), workers=2, batch=50, collate=metadata.collate_rows)
+        run = metadata.epoch_memory(WrittenOnce(planted, 400), workers=2, batch=50, collate=metadata.collate_rows)
         return run.mean_growth
 
     planted = growth(48) - growth(0)

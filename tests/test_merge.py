@@ -11,7 +11,13 @@ from typing import Any
 
 import pytest
 from asv import util
-from sandbox import git, make_sandbox, not_bootstrapped, run_script, tree_digest
+from sandbox import (
+    bootstrapped,  # noqa: F401 (an autouse fixture)
+    git,
+    make_sandbox,
+    run_script,
+    tree_digest,
+)
 
 from pitfalls.runner import store
 from pitfalls.site import browser
@@ -19,14 +25,6 @@ from pitfalls.site.server import serving
 
 pytestmark = pytest.mark.slow
 
-
-@pytest.fixture(scope="module", autouse=True)
-def bootstrapped() -> None:
-    """The scripts would reinstall the test venv from a sandbox: a venv not made by scripts/bootstrap fails here,
-    it is not a reason to skip the module."""
-    reason = not_bootstrapped()
-    if reason is not None:
-        pytest.fail(reason)
 
 ONE = r"bench_sampler\.SyncHazards\.track_sync_hazards\('static', 1000, 1, 'cpu'\)"
 BENCH = "bench_sampler.SyncHazards.track_sync_hazards"

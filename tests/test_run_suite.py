@@ -16,18 +16,19 @@ from pathlib import Path
 import psutil
 import pytest
 from asv.results import Results
-from sandbox import alive, git, make_sandbox, marked, not_bootstrapped, run_script, start_script, tree_digest
+from sandbox import (
+    alive,
+    bootstrapped,  # noqa: F401 (an autouse fixture)
+    git,
+    make_sandbox,
+    marked,
+    run_script,
+    start_script,
+    tree_digest,
+)
 
 pytestmark = pytest.mark.slow
 
-
-@pytest.fixture(scope="module", autouse=True)
-def bootstrapped() -> None:
-    """The scripts would reinstall the test venv from a sandbox: a venv not made by scripts/bootstrap fails here,
-    it is not a reason to skip the module."""
-    reason = not_bootstrapped()
-    if reason is not None:
-        pytest.fail(reason)
 
 # One parameter set each (asv's -b matches "name(param, ...)"), so a run takes seconds of asv, not minutes.
 SAMPLER_ONE = r"bench_sampler\.SyncHazards\.track_sync_hazards\('static', 1000, 1, 'cpu'\)"

@@ -40,6 +40,7 @@ __all__ = [
     "ProcessPeak",
     "cgroup_peak",
     "group_members",
+    "members_named",
     "shm_segments",
     "wait_for_samples",
 ]
@@ -156,6 +157,32 @@ def group_members(root_pid: int) -> list[MemberSample]:
     except psutil.NoSuchProcess:
         return []
     return [s for s in (_member_sample(p) for p in procs) if s is not None]
+
+
+def members_named(pids: Callable[[], Iterable[int]]) -> Callable[[int], list[MemberSample]]:
+    """The process table of a group whose members are known: the root, the processes ``pids()`` names at each
+    sample, and their descendants. Other children of the root (a multiprocessing resource tracker, a compile
+    worker pool, a process an earlier piece of code left running) are not in the group.
+
+    Args:
+        pids: the members besides the root, read again at every sample (workers come and go).
+
+    Returns:
+        ``members(root_pid)`` for `GroupMemorySampler`.
+    """
+
+    def members(root_pid: int) -> list[MemberSample]:
+        procs: dict[int, psutil.Process] = {}
+        for pid in (root_pid, *pids()):
+            try:
+                proc = psutil.Process(pid)
+                family = [proc] if pid == root_pid else [proc, *proc.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                continue
+            procs.update((p.pid, p) for p in family)
+        return [s for s in (_member_sample(p) for p in procs.values()) if s is not None]
+
+    return members
 
 
 def _shm_from_fds(pid: int, found: dict[int, int]) -> None:

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 from pitfalls.devices import synchronize
 from pitfalls.families.loader.steps import BatchStep
-from pitfalls.probes.group_memory import GroupMemory, GroupMemorySampler
+from pitfalls.probes.group_memory import GroupMemory, GroupMemorySampler, members_named
 
 # Every 15 ms: a batch of 32 at 128 x 128 collates in tens of ms on this machine, so its peak is seen.
 SAMPLE_INTERVAL_S = 0.015
 
 
 def group_peak(step: BatchStep, batches: int, interval_s: float = SAMPLE_INTERVAL_S) -> GroupMemory:
-    """The peak memory of the step's whole group (this process and every descendant) over ``batches`` calls.
+    """The peak memory of the step's whole group (this process and its workers, `BatchStep.worker_pids`) over
+    ``batches`` calls. Other children of this process (a resource tracker, a compile pool) are not the loader's.
 
     Args:
         step: a batch step, started.
@@ -29,7 +30,7 @@ def group_peak(step: BatchStep, batches: int, interval_s: float = SAMPLE_INTERVA
     Returns:
         The sampler's figures: per-process peaks and the group's peaks of the PSS, USS and RSS sums.
     """
-    with GroupMemorySampler(interval_s=interval_s) as sampler:
+    with GroupMemorySampler(interval_s=interval_s, members=members_named(step.worker_pids)) as sampler:
         for _ in range(batches):
             step()
             synchronize(step.device)
