@@ -4,7 +4,6 @@ calibrated on a planted answer through the loader's own code, and each mutation 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 from typing import Any
 
@@ -51,8 +50,8 @@ def parent_only(root_pid: int) -> list[group_memory.MemberSample]:
 
 
 def test_a_group_memory_that_counts_only_the_parent_fails_its_row(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(memory, "GroupMemorySampler",
-                        functools.partial(group_memory.GroupMemorySampler, members=parent_only))
+    # The group's members come from `members_named`: the fault is a table of the parent alone.
+    monkeypatch.setattr(memory, "members_named", lambda pids: parent_only)
     check = check_named("loader: group peak")
     row = verdict(check, check.measure("cpu"))
     assert row.verdict == "fail" and row.measured is not None and row.measured < 0.5 * row.planted, row

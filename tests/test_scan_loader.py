@@ -369,7 +369,9 @@ class Records(torch.utils.data.Dataset):
 
 
 def test_copy_on_write_grows_with_python_objects_and_names_the_list():
-    items = 30_000
+    # Enough items that the objects' copies stand well above a worker's own heap movement (about 1 MiB per worker
+    # over an epoch here, whatever the records: 30,000 packed items once read 72 bytes per item).
+    items = 60_000
 
     def scan(packed: bool):
         loader = torch.utils.data.DataLoader(Records(items, packed), batch_size=250)
@@ -378,8 +380,10 @@ def test_copy_on_write_grows_with_python_objects_and_names_the_list():
     listed, packed = scan(False), scan(True)
     # An epoch, unless the budget ran out first on a starved machine.
     assert 0 < listed.copy_on_write.items_read <= items and 0 < packed.copy_on_write.items_read <= items
-    # Measured here: about 200 bytes per item read from the list of dicts, about 12 from the packed array.
-    assert listed.copy_on_write.per_item > 5 * max(packed.copy_on_write.per_item, 1.0)
+    # Measured here: about 200 bytes per item read from the list of dicts; the packed array's pages are never
+    # written, so what it reads is the workers' own heap movement (12-72 bytes per item at 30,000 items).
+    assert listed.copy_on_write.per_item - packed.copy_on_write.per_item > 100
+    assert listed.copy_on_write.per_item > 2 * max(packed.copy_on_write.per_item, 1.0)
     (container,) = listed.containers
     assert (container.name, container.length) == ("dataset.records", items)
     assert listed.touch_copied["dataset.records"] > 2**20 and not packed.containers
