@@ -28,9 +28,10 @@ globals().update({name: cls for name, cls in _shared.items() if name not in ("St
 # Timeouts nest: a rank command (pitfalls.distributed.launch.STEP_TIMEOUT_S, 120 s) < the ranks' process group
 # (240 s) < asv's benchmark timeout, so a hang ends as RankFailed with the hung rank's stack, not as asv's kill.
 TIMEOUT_S = 600
-# The series of these methods restarted when their method changed (timed inside the ranks, one routine for every
-# variant; memory estimated per device; figures n/a one by one).
-VERSION = "parallel-in-rank-steps-1"
+# The series of these methods restart when their method changes: last, every process of a case on one intra-op
+# thread on the CPU (`pitfalls.devices.CPU_DEVICE_THREADS`: one core is one device; `single` had torch's one per
+# core); before, steps timed inside the ranks by one routine for every variant, memory estimated per device.
+VERSION = "parallel-one-core-per-device-1"
 # Steps per block of the speedup (A B A B, 5 block pairs at least, more within the routine's budget of seconds):
 # fewer than the figures' 10, to keep the family's share of the quick grid near its 2.5 minutes; the same routine.
 SPEEDUP_STEPS = 5

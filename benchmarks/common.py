@@ -43,12 +43,11 @@ from pitfalls.probes import (
     NvmlSampler,
     NvmlSummary,
     Unavailable,
-    blocked_speedup,
+    case_speedup,
     compile_failure_reason,
     compile_probe,
     count_cuda_syncs,
     count_hazards,
-    interleaved_speedup,
 )
 
 T = TypeVar("T")
@@ -213,16 +212,8 @@ def speedup(baseline: Case, candidate: Case, *, units: int = 1) -> float:
     Cases with workers, queues or ranks (a ``block``) are compared by steady-state blocks, one case live at a
     time (``units`` calls per block); the others call by call.
     """
-    if baseline.block is not None and candidate.block is not None:
-        return blocked_speedup(baseline.block, candidate.block, blocks=GRID.speedup_blocks, units=units).ratio
-    result = interleaved_speedup(
-        baseline,
-        candidate,
-        rounds=GRID.speedup_rounds,
-        warmup=1,
-        sync=lambda: synchronize(candidate.device),
-    )
-    return result.ratio
+    return case_speedup(baseline, candidate, rounds=GRID.speedup_rounds, blocks=GRID.speedup_blocks, units=units,
+                        sync=lambda: synchronize(candidate.device)).ratio
 
 
 def sync_hazards(c: Case) -> int:

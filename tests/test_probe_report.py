@@ -57,11 +57,36 @@ def text(figures: list[ProbeFigure]) -> str:
     return console.export_text()
 
 
+@dataclass
+class BlockedStandIn(StandIn):
+    """A case with workers, queues or ranks: ``block(units)`` gives its steady-state seconds per call."""
+
+    seconds: float = 0.0
+    blocks: list[int] = field(default_factory=list)
+
+    def block(self, units: int) -> float:
+        self.blocks.append(units)
+        return self.seconds
+
+
+def test_a_case_with_workers_or_ranks_is_timed_and_compared_by_its_own_blocks() -> None:
+    # The asv suite's routine: a call from here would time a ddp control round trip, or batches a loader's workers
+    # made in advance; interleaved calls would let the idle case prefetch while the other is timed.
+    case = BlockedStandIn(without_hazard, variant="ram_decoded", family="loader", seconds=0.010)
+    other = BlockedStandIn(without_hazard, variant="naive", family="loader", seconds=0.025)
+    figures = by_name(probe_case(case, baseline_case=other, nvml=FakeNVML(), **FAST))
+    assert figures["time per call"].value == pytest.approx(10.0)
+    assert "steady-state blocks" in figures["time per call"].note
+    assert figures["speedup over naive"].value == pytest.approx(2.5)
+    assert "block pairs, one live" in figures["speedup over naive"].note
+    assert len(other.blocks) >= 5 and set(other.blocks) == {1}
+
+
 def test_an_eager_cpu_case_gets_every_figure_and_reasons_for_the_gpu_ones(monkeypatch) -> None:
     # Both timing probes read one fake clock; a naive call costs it 3 units, a static call 1 (powers of two).
     clock, unit = FakeClock(), 2.0**-10
     monkeypatch.setattr(timing, "Timer", functools.partial(Timer, timer=clock))
-    monkeypatch.setattr(report, "interleaved_speedup", functools.partial(timing.interleaved_speedup, clock=clock))
+    monkeypatch.setattr(timing, "interleaved_speedup", functools.partial(timing.interleaved_speedup, clock=clock))
 
     def naive() -> torch.Tensor:
         clock.advance(3 * unit)

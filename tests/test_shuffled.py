@@ -22,6 +22,16 @@ def test_the_module_bucket_permutes_modules_and_keeps_each_together():
     assert order != shuffled.shuffle(NODES, seed=8, bucket="module")
 
 
+def test_the_longest_modules_are_dealt_first_and_the_rest_keep_their_shuffled_order():
+    first = ("tests/test_c.py", "tests/test_a.py")
+    plain = [node.split("::")[0] for node in shuffled.shuffle(NODES, seed=7, bucket="module")]
+    dealt = [node.split("::")[0] for node in shuffled.shuffle(NODES, seed=7, bucket="module", first=first)]
+    modules = list(dict.fromkeys(dealt))
+    assert set(modules[:2]) == set(first)
+    assert modules[2:] == [m for m in dict.fromkeys(plain) if m not in first]
+    assert sorted(dealt) == sorted(plain)
+
+
 def test_the_global_bucket_mixes_modules():
     order = shuffled.shuffle(NODES, seed=7, bucket="global")
     modules = [node.split("::")[0] for node in order]

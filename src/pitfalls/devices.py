@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import psutil
 import torch
+
+# Intra-op threads of a step on a CPU device: one core is one CPU "device", as one GPU is on a GPU machine. With
+# torch's default (one thread per core) a step's threads wait on each other at every parallel region on cores
+# shared with workers, ranks or other jobs: the loader's 1x1-conv step took 28-80 ms on 2 cores against 1-3 ms on
+# one thread, and the parallel family's one-process step 134-400 ms against 62-70 ms, so a figure measured that
+# contention, not the case. Every process of a case (the benchmark process, a loader's main process, each gloo
+# rank) runs its step on this many threads.
+CPU_DEVICE_THREADS = 1
 
 
 def cuda_available() -> bool:
@@ -48,6 +59,21 @@ def synchronize(device: torch.device | str | None) -> None:
     # Guarded by type: torch.cuda.synchronize raises AssertionError on a CPU-only torch build.
     if device is not None and torch.device(device).type == "cuda":
         torch.cuda.synchronize(torch.device(device))
+
+
+@contextlib.contextmanager
+def device_threads(device: torch.device) -> Iterator[None]:
+    """Run a step on `CPU_DEVICE_THREADS` intra-op threads on a CPU device (torch's own count restored after);
+    nothing changes on a GPU, whose host thread only queues work."""
+    if device.type != "cpu":
+        yield
+        return
+    previous = torch.get_num_threads()
+    torch.set_num_threads(CPU_DEVICE_THREADS)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def free_memory_bytes(device: torch.device) -> int:

@@ -37,8 +37,9 @@ What each process runs (the data, the net, the `Trainer`) is in `parallel_step`;
 devices, the family's own figures and the gate.
 
 Devices. ``data_parallel*`` need 2 or more CUDA devices; a case asking for more ranks than the machine has
-devices (GPUs, or CPU cores for gloo ranks with their own threads) is skipped with the reason, before any process
-starts.
+devices (GPUs, or CPU cores: on the CPU one core is one device, and every process of a case, the benchmark
+process's ``single`` and each gloo rank, runs its step on `pitfalls.devices.CPU_DEVICE_THREADS` intra-op threads)
+is skipped with the reason, before any process starts.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from typing import Any, Protocol, TypeVar, cast
 import torch
 from torch import Tensor
 
-from pitfalls.devices import fits
+from pitfalls.devices import CPU_DEVICE_THREADS, fits
 from pitfalls.families.loss import estimate_train_step_bytes
 from pitfalls.families.parallel_calibration import CHECKS
 from pitfalls.families.parallel_launch import DdpGroup, RankFailed
@@ -117,11 +118,6 @@ def check_devices(variant: str, device: torch.device, world_size: int) -> None:
     elif world_size > usable_cpus():
         raise SkipCase(f"world_size={world_size} needs {world_size} CPU cores (one gloo rank each); "
                        f"this process may use {usable_cpus()}")
-
-
-def rank_threads(world_size: int) -> int:
-    """Intra-op threads of each gloo rank: the cores shared out, at least one."""
-    return max(1, usable_cpus() // world_size)
 
 
 # --- the family's own figures -----------------------------------------------------------------------------------
@@ -255,7 +251,7 @@ def make_runner(variant: str, device: torch.device, config: StepConfig) -> Runne
     check_devices(variant, device, config.world_size)
     check_memory(variant, device, config)
     if variant == DDP:
-        return DdpGroup(config, device.type, threads=rank_threads(config.world_size))
+        return DdpGroup(config, device.type, threads=CPU_DEVICE_THREADS)
     return make_trainer(variant, device, config)
 
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
+from pitfalls.devices import CPU_DEVICE_THREADS
 from pitfalls.distributed import RankFailed, RankGroup, step_seconds
 from pitfalls.distributed.launch import START_TIMEOUT_S, STEP_TIMEOUT_S
 from pitfalls.families.parallel_step import RankFigures, Shard, StepConfig
@@ -48,7 +49,7 @@ class DdpGroup:
         RankFailed: a rank failed while starting.
     """
 
-    def __init__(self, config: StepConfig, device_type: str, *, threads: int = 1,
+    def __init__(self, config: StepConfig, device_type: str, *, threads: int = CPU_DEVICE_THREADS,
                  entry: Sequence[str] = ("-m", RANK_MODULE), extra: Sequence[str] = (),
                  start_timeout_s: float = START_TIMEOUT_S, step_timeout_s: float = STEP_TIMEOUT_S) -> None:
         if device_type not in ("cpu", "cuda"):

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 from torch.profiler import ProfilerActivity, profile
 
+from pitfalls.devices import device_threads
 from pitfalls.distributed.steps import step_seconds, time_steps
 from pitfalls.families.loss import IGNORE, SegNet, make_loss
 from pitfalls.probes.nvml import NvmlSummary
@@ -227,13 +228,16 @@ class Trainer:
         self.shard = Shard.of(first, images)
 
     def step(self, after_forward: Callable[[], None] | None = None) -> Tensor:
-        """Run one step, queued on the device(s), not synchronized; return the loss."""
-        self.optimizer.zero_grad(set_to_none=True)
-        loss = self.forward(self.images, self.labels)
-        if after_forward is not None:
-            after_forward()
-        loss.backward()
-        self.optimizer.step()
+        """Run one step, queued on the device(s), not synchronized; return the loss. On the CPU the step runs on
+        one core's threads (`pitfalls.devices.device_threads`), in this process as in each gloo rank: one core is
+        one device, so ``single`` is one device's step and ddp's speedup over it is its scaling."""
+        with device_threads(self.devices[0]):
+            self.optimizer.zero_grad(set_to_none=True)
+            loss = self.forward(self.images, self.labels)
+            if after_forward is not None:
+                after_forward()
+            loss.backward()
+            self.optimizer.step()
         return loss.detach()
 
     def __call__(self) -> Tensor:

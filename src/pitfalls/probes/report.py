@@ -6,6 +6,7 @@ compiles. Figures that do not apply or cannot be measured here are `Unavailable`
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -23,12 +24,14 @@ from pitfalls.probes.compiled import compile_failure_reason, first_call
 from pitfalls.probes.nvml import MetricSummary, NvmlSampler, NvmlSummary, nvml_unavailable_reason
 from pitfalls.probes.result import Unavailable
 from pitfalls.probes.syncs import count_cuda_syncs, count_hazards
-from pitfalls.probes.timing import CudaEventTiming, cuda_event_time, interleaved_speedup, wall_time
+from pitfalls.probes.timing import CudaEventTiming, case_speedup, cuda_event_time, wall_time
 from pitfalls.probes.trace import export_trace
 
 __all__ = ["CaseLike", "ProbeFigure", "probe_case", "render"]
 
 _MIB = 1024 * 1024
+# Steady-state blocks timed for the time per call of a case with workers, queues or ranks.
+TIME_BLOCKS = 5
 
 
 class CaseLike(Protocol):
@@ -145,17 +148,25 @@ def _peak_memory(case: CaseLike) -> ProbeFigure:
     return ProbeFigure(name, torch.cuda.max_memory_allocated(case.device) / _MIB, unit, "one call, this process")
 
 
+def _has_block(case: CaseLike) -> bool:
+    """Whether a case has workers, queues or ranks, timed by its own steady-state blocks (`pitfalls.Case.block`)."""
+    return getattr(case, "block", None) is not None
+
+
 def _speedup(case: CaseLike, other: CaseLike, rounds: int, sync: Callable[[], None]) -> ProbeFigure:
     name = f"speedup over {other.variant}"
-    note = f"{other.variant} time / this time, median of {rounds} interleaved rounds"
-    if other.variant == case.variant:
-        note += "; this is the baseline, so it shows the noise"
     try:
-        speedup = interleaved_speedup(other, case, rounds=rounds, warmup=1, sync=sync)
+        speedup = case_speedup(other, case, rounds=rounds, sync=sync)
     except torch._dynamo.exc.BackendCompilerFailed as err:
         # The case itself compiled already (first call above), so this is the baseline failing to compile: a
         # fact about torch on this machine worth reporting, not a reason to lose every other figure.
         return ProbeFigure(name, Unavailable(f"{other.variant}: {compile_failure_reason(err)}"), "x")
+    if _has_block(case) and _has_block(other):
+        note = f"{other.variant} time / this time, median of {speedup.rounds} steady-state block pairs, one live"
+    else:
+        note = f"{other.variant} time / this time, median of {rounds} interleaved rounds"
+    if other.variant == case.variant:
+        note += "; this is the baseline, so it shows the noise"
     return ProbeFigure(name, speedup.ratio, "x", note)
 
 
@@ -205,9 +216,17 @@ def probe_case(
         case()
         sync()
 
-    wall = wall_time(call_synced, warmup=1, min_run_time=min_run_time)
-    figures.append(ProbeFigure("time per call", wall.median_s * 1e3, "ms",
-                               f"median of {wall.blocks} blocks, torch.utils.benchmark"))
+    block = getattr(case, "block", None)
+    if block is not None:
+        # Workers, queues or ranks: the case's own steady-state routine, as asv times it (a ddp call from here
+        # would time the control round trip; a loader's, batches its workers made in advance).
+        per_block = [block(1) for _ in range(TIME_BLOCKS)]
+        figures.append(ProbeFigure("time per call", statistics.median(per_block) * 1e3, "ms",
+                                   f"median of {TIME_BLOCKS} steady-state blocks, the case's own routine"))
+    else:
+        wall = wall_time(call_synced, warmup=1, min_run_time=min_run_time)
+        figures.append(ProbeFigure("time per call", wall.median_s * 1e3, "ms",
+                                   f"median of {wall.blocks} blocks, torch.utils.benchmark"))
     not_here = Unavailable(f"does not apply to the {case.family} family")
     if CUDA not in applies:
         events: CudaEventTiming | Unavailable = not_here  # e.g. a multi-process step: this process runs no kernel

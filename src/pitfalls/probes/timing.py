@@ -24,6 +24,7 @@ __all__ = [
     "Speedup",
     "WallTiming",
     "blocked_speedup",
+    "case_speedup",
     "cuda_event_time",
     "interleaved_speedup",
     "wall_time",
@@ -283,3 +284,35 @@ def blocked_speedup(
                              f"candidate {c!r} s)")
         pairs.append((b, c))
     return _median_speedup(pairs)
+
+
+def case_speedup(
+    baseline: Callable[[], object],
+    candidate: Callable[[], object],
+    *,
+    rounds: int = 10,
+    blocks: int = 5,
+    units: int = 1,
+    sync: Callable[[], object] = _no_sync,
+) -> Speedup:
+    """Speedup of one case over another by the suite's one routine, for asv and ``pitfalls probe`` alike.
+
+    Cases with workers, queues or ranks (both with a ``block``, `pitfalls.Case.block`) are compared by
+    `blocked_speedup`, one case live at a time: interleaving single calls would let the idle case's workers fill
+    its queue while the other is timed. Other cases are compared call by call (`interleaved_speedup`).
+
+    Args:
+        baseline: the reference case (a `pitfalls.Case`, or any callable).
+        candidate: the case compared with it.
+        rounds: interleaved rounds (cases without a block).
+        blocks: block pairs at least (cases with a block).
+        units: calls per block.
+        sync: waits for the device before each clock reading (interleaved rounds).
+
+    Returns:
+        A `Speedup`.
+    """
+    baseline_block, candidate_block = getattr(baseline, "block", None), getattr(candidate, "block", None)
+    if baseline_block is not None and candidate_block is not None:
+        return blocked_speedup(baseline_block, candidate_block, blocks=blocks, units=units)
+    return interleaved_speedup(baseline, candidate, rounds=rounds, warmup=1, sync=sync)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import multiprocessing
 import time
@@ -14,7 +13,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, default_collate
 
-from pitfalls.devices import fits
+from pitfalls.devices import device_threads, fits
 from pitfalls.families.loader.data import DataFiles, DataSpec, ensure_data
 from pitfalls.families.loader.datasets import decoded_items, make_dataset, uint8_item
 from pitfalls.families.loader.device import Consumer, CopyToDevice, DecodeOnDevice, JpegDecoder, torchvision_decoder
@@ -44,27 +43,6 @@ def pinned(variant: str, device: torch.device, params: Mapping[str, Any]) -> boo
 def data_spec(params: Mapping[str, Any]) -> DataSpec:
     return DataSpec(image_size=params["image_size"], items=params["items"], classes=params["classes"],
                     image_format=params["image_format"], source_scale=params["source_scale"], seed=params["seed"])
-
-
-# Intra-op threads of the step on a CPU device. With torch's default (one per core) the 1x1-conv step of a quick
-# batch took 28-80 ms on 2 cores shared with the workers and other jobs (its threads wait on each other at every
-# parallel region) against 1-3 ms on one thread: the loader's figures measured that contention, not the loader.
-CPU_STEP_THREADS = 1
-
-
-@contextlib.contextmanager
-def step_threads(device: torch.device) -> Iterator[None]:
-    """Run the step on `CPU_STEP_THREADS` intra-op threads on a CPU device (restored after), as it is on a GPU's
-    host thread."""
-    if device.type != "cpu":
-        yield
-        return
-    previous = torch.get_num_threads()
-    torch.set_num_threads(CPU_STEP_THREADS)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 # What a step does with a batch on the device instead of the model step (a planted cost, a measuring hook).
@@ -122,7 +100,7 @@ class BatchStep:
     def deliver(self, batch: Any) -> Any:
         """Copy one host batch (``next_batch``'s) to the device and run the step on it: the ``consume`` given, the
         normalization alone, or the model's SGD step; then the planted ``model_ms`` of busy device time, if any."""
-        with step_threads(self.device):
+        with device_threads(self.device):
             done = self._step(batch)
         if self.busy is not None:
             self.busy()
