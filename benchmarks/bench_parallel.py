@@ -7,7 +7,8 @@ steps, so no control round trip is timed. ``Step.track_step_time`` is that time,
 ratio of such blocks timed A B A B, and ``Ranks`` the family's own figures, measured once per case in one process
 (its ``setup_cache``): samples/s (from the same routine), peak memory of rank 0 and of the others and their
 ratio, communication per step (in flight, from the profiler; exposed, the step minus the same step under
-``no_sync()``), NVML busy % of rank 0's GPU and of the others. A figure that fails reads n/a
+``no_sync()``), ddp's weak-scaling efficiency (samples/s of W ranks over W times one rank's), NVML busy % of rank
+0's GPU and of the others. A figure that fails reads n/a
 with the error; the others are still measured.
 """
 
@@ -88,6 +89,11 @@ def figures_table(param_names: list[str], params: list[list[Any]]) -> dict[tuple
     return table
 
 
+def one_rank_key(case: dict[str, Any]) -> tuple[Any, ...]:
+    """The `figures_table` key of the same case at one rank (the reference of ddp's weak scaling)."""
+    return tuple(1 if name == "world_size" else value for name, value in case.items())
+
+
 class Ranks(common._FamilyBenchmark):
     """Per-rank figures of one step: samples/s, peak memory (rank 0, the others, their ratio), communication,
     NVML busy % (rank 0's GPU, the others'). Memory is CUDA max allocated on GPUs and the process's USS at the end of
@@ -103,6 +109,7 @@ class Ranks(common._FamilyBenchmark):
         "track_memory_imbalance": "x",
         "track_communication": "seconds",
         "track_exposed_communication": "seconds",
+        "track_scaling_efficiency": "x",
         "track_busy_rank0": "%",
         "track_busy_others": "%",
     }
@@ -133,6 +140,11 @@ class Ranks(common._FamilyBenchmark):
 
     def track_exposed_communication(self, table: Any, *params: Any) -> float:
         return common.figure(self.figures.exposed_communication_s)
+
+    def track_scaling_efficiency(self, table: Any, *params: Any) -> float:
+        case = dict(zip(self.param_names, params, strict=True))  # type: ignore[attr-defined]
+        return common.figure(parallel.scaling_efficiency(case["variant"], int(case["world_size"]), self.figures,
+                                                         table.get(one_rank_key(case))))
 
     def track_busy_rank0(self, table: Any, *params: Any) -> float:
         return common.figure(self.figures.rank0_busy())

@@ -202,6 +202,21 @@ def test_the_committed_history_keeps_its_series():
     assert checked >= 23
 
 
+def test_ddp_scaling_reads_the_same_case_at_one_rank_from_the_figures_table():
+    from pitfalls.families.parallel import DDP, ParallelFigures
+
+    bench = MODULES["parallel"]
+    names = list(bench.Ranks.param_names)
+    sizes = {"variant": DDP, "batch": 4, "image_size": 64, "model": "segnet", "device": "cpu"}
+    one, two = (tuple({**sizes, "world_size": w}[name] for name in names) for w in (1, 2))
+    table = {one: ParallelFigures(0.1, 40.0, Unavailable("x"), Unavailable("x"), Unavailable("x")),
+             two: ParallelFigures(0.1, 60.0, Unavailable("x"), Unavailable("x"), Unavailable("x"))}
+    ranks = bench.Ranks()
+    ranks.setup(table, *two)
+    assert ranks.track_scaling_efficiency(table, *two) == pytest.approx(0.75)
+    assert bench.one_rank_key(dict(zip(names, two, strict=True))) == one
+
+
 def test_device_axis_covers_cpu_and_cuda_whatever_this_machine_has():
     # Results stay comparable across machines: a missing device is a skipped column, not a missing one.
     for module in MODULES.values():

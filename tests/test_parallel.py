@@ -132,12 +132,42 @@ def test_on_the_cpu_every_process_steps_on_one_core_s_threads_and_gets_its_own_b
     assert "--threads 1 " in " ".join(parallel_launch.rank_arguments(trainer.config, "cpu", devices.CPU_DEVICE_THREADS))
 
 
+def test_a_reply_above_the_store_s_message_limit_goes_in_parts_and_comes_back_whole():
+    from pitfalls.distributed import control
+
+    store = loopback_store(10)
+    # Empty, small, at the limit, above it, many parts, and a small value that starts like the parts' marker.
+    values = [b"", b"ok", os.urandom(control.PART_BYTES), os.urandom(3 * control.PART_BYTES + 7),
+              os.urandom(20 * 2**20), control._PARTS + b"3"]
+    for index, value in enumerate(values):
+        control.set_value(store, f"reply/{index}", value)
+        assert control.get_value(store, f"reply/{index}") == value, index
+    assert store.num_keys() == len(values)  # the parts were deleted once read
+
+
+def test_the_wide_net_holds_gradients_for_several_ddp_buckets_and_segnet_for_one():
+    # DDP's first bucket holds 1 MiB, the others bucket_cap_mb = 25 MiB.
+    sizes = {}
+    for model in parallel_step.MODELS:
+        net = parallel_step.initial_net(StepConfig(world_size=1, batch=1, image_size=8, model=model))
+        sizes[model] = sum(p.numel() for p in net.parameters())
+        assert sizes[model] == parallel_step.parameter_count(model)
+    assert 4 * sizes[parallel_step.SEGNET] < 2**20 < 25 * 2**20 < 4 * sizes[parallel_step.WIDE]
+    with pytest.raises(ValueError, match=r"model='huge' is not allowed; allowed: segnet, wide"):
+        StepConfig(world_size=1, batch=1, image_size=8, model="huge")
+    wide = parallel.device_estimates(DDP, {"world_size": 2, "batch": 4, "image_size": 64, "model": "wide"})
+    small = parallel.device_estimates(DDP, {"world_size": 2, "batch": 4, "image_size": 64, "model": "segnet"})
+    assert wide[0] - small[0] == 4 * 4 * (sizes["wide"] - sizes["segnet"])  # weights, gradients, momentum, buckets
+
+
 def test_memory_is_estimated_per_device():
     params = {"world_size": 4, "batch": 8, "image_size": 512}
     [single] = parallel.device_estimates(SINGLE, params)
     ddp = parallel.device_estimates(DDP, params)
     data_parallel = parallel.device_estimates(DATA_PARALLEL, params)
-    assert len(ddp) == 4 and len(set(ddp)) == 1 and 4 * ddp[0] == single  # each rank holds 1/W
+    weights = 4 * 4 * parallel_step.parameter_count(parallel_step.SEGNET)  # weights, gradients, momentum, buckets
+    # Each rank holds 1/W of the batch's memory, and the whole net.
+    assert len(ddp) == 4 and len(set(ddp)) == 1 and 4 * (ddp[0] - weights) == single - weights
     # DataParallel's device 0 also holds the gathered logits of the whole global batch, their loss and gradient.
     assert data_parallel[1:] == ddp[1:] and data_parallel[0] - ddp[0] == 3 * 4 * 10 * 32 * 512 * 512
     assert parallel.device_estimates(DATA_PARALLEL_LOSS_INSIDE, params) == ddp
@@ -213,6 +243,24 @@ def test_figures_that_do_not_apply_say_why():
     two = parallel.ParallelFigures(1.0, 8.0, (only, half), 0.1, (90.0, 30.0, 60.0))
     assert two.memory_imbalance() == pytest.approx(2.0, rel=1e-3)
     assert two.rank0_busy() == 90.0 and two.others_busy() == 45.0
+
+
+def test_weak_scaling_is_w_ranks_samples_over_w_times_one_rank_s_and_says_why_when_it_cannot_be():
+    def rate(samples_per_s):
+        return parallel.ParallelFigures(1.0, samples_per_s, Unavailable("x"), Unavailable("x"), Unavailable("x"))
+
+    # 2 ranks at 150 samples/s against one rank's 100: each rank does 75 % of a lone rank's work per second.
+    assert parallel.scaling_efficiency(DDP, 2, rate(150.0), rate(100.0)) == pytest.approx(0.75)
+    assert parallel.scaling_efficiency(DDP, 4, rate(400.0), rate(100.0)) == pytest.approx(1.0)
+    reasons = {
+        str(parallel.scaling_efficiency(SINGLE, 2, rate(150.0), rate(100.0))): "ddp's figure",
+        str(parallel.scaling_efficiency(DDP, 1, rate(100.0), rate(100.0))): "the reference",
+        str(parallel.scaling_efficiency(DDP, 2, rate(150.0), None)): "no 1-rank ddp case",
+        str(parallel.scaling_efficiency(DDP, 2, rate(150.0), "needs 2 CPU cores")): "did not run: needs 2 CPU cores",
+        str(parallel.scaling_efficiency(DDP, 2, rate(150.0), rate(Unavailable("failed: hung")))): "failed: hung",
+    }
+    for reason, wanted in reasons.items():
+        assert wanted in reason, reason
 
 
 def test_communication_counts_overlapping_transfers_once_and_only_communication():
@@ -314,6 +362,14 @@ def test_the_gate_fails_a_rank_on_the_whole_batch_and_one_that_skips_a_shard(tmp
     monkeypatch.setattr(parallel, "DdpGroup", _wrong_group(tmp_path, fault))
     row = FAMILY.compare(DDP, "cpu")
     assert not row.matches and want in row.detail, row
+
+
+@pytest.mark.slow
+def test_the_gate_passes_ddp_on_the_wide_net_whose_state_is_sent_in_parts(no_process_left):
+    # Two ranks' weights and momentum of the 25 MiB net in float64: 105 MB each, above the store's 8 MiB message.
+    wide = dataclasses.replace(FAMILY, smoke={**FAMILY.smoke, "model": parallel_step.WIDE})
+    result = parallel.compare(wide, DDP, CPU)
+    assert result.matches, result
 
 
 @pytest.mark.slow

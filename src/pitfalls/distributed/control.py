@@ -19,12 +19,18 @@ import socket
 
 from torch.distributed import TCPStore
 
-__all__ = ["CONTROL_ENV", "LAUNCHER_ENV", "LOOPBACK", "SECRET_ENV", "control_from_env", "loopback_store", "new_secret"]
+__all__ = ["CONTROL_ENV", "LAUNCHER_ENV", "LOOPBACK", "PART_BYTES", "SECRET_ENV", "control_from_env", "get_value",
+           "loopback_store", "new_secret", "set_value"]
 
 LOOPBACK = "127.0.0.1"
 CONTROL_ENV = "PITFALLS_GROUP_CONTROL"
 SECRET_ENV = "PITFALLS_GROUP_SECRET"
 LAUNCHER_ENV = "PITFALLS_GROUP_LAUNCHER"
+# The most a value is sent in one store message: torch's store refuses a client message above 8 MiB ("Invalid
+# payload size"), and a rank's weights and momentum (the gate's ``state``) of a 25 MiB net in float64 are 105 MB.
+PART_BYTES = 4 * 2**20
+# What stands under a key whose value was written in parts: the marker, then the number of parts.
+_PARTS = b"\0pitfalls-parts:"
 
 
 def loopback_store(timeout_s: float) -> TCPStore:
@@ -53,3 +59,27 @@ def control_from_env(timeout_s: float) -> tuple[TCPStore, str]:
     host, _, port = os.environ[CONTROL_ENV].rpartition(":")
     store = TCPStore(host, int(port), is_master=False, timeout=datetime.timedelta(seconds=timeout_s))
     return store, os.environ[SECRET_ENV]
+
+
+def set_value(store: TCPStore, key: str, value: bytes) -> None:
+    """Write ``value`` under ``key``; a value above `PART_BYTES` goes in parts (``key/part/i``) first, then a marker
+    with their count under ``key``, so that a reader that finds ``key`` finds every part."""
+    if len(value) <= PART_BYTES and not value.startswith(_PARTS):
+        store.set(key, value)  # type: ignore[arg-type]  # the store takes bytes; its stub says str
+        return
+    starts = range(0, len(value), PART_BYTES)
+    for index, start in enumerate(starts):
+        store.set(f"{key}/part/{index}", value[start:start + PART_BYTES])  # type: ignore[arg-type]
+    store.set(key, _PARTS + str(len(starts)).encode())  # type: ignore[arg-type]
+
+
+def get_value(store: TCPStore, key: str) -> bytes:
+    """The value `set_value` wrote under ``key``, its parts joined (and then deleted from the store)."""
+    value = store.get(key)
+    if not value.startswith(_PARTS):
+        return value
+    keys = [f"{key}/part/{index}" for index in range(int(value[len(_PARTS):]))]
+    parts = [store.get(part) for part in keys]
+    for part in keys:
+        store.delete_key(part)
+    return b"".join(parts)

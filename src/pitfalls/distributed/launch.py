@@ -40,7 +40,15 @@ from typing import IO
 import psutil
 from torch.distributed import DistStoreError, TCPStore
 
-from pitfalls.distributed.control import CONTROL_ENV, LAUNCHER_ENV, LOOPBACK, SECRET_ENV, loopback_store, new_secret
+from pitfalls.distributed.control import (
+    CONTROL_ENV,
+    LAUNCHER_ENV,
+    LOOPBACK,
+    SECRET_ENV,
+    get_value,
+    loopback_store,
+    new_secret,
+)
 
 __all__ = ["PROCESS_GROUP_TIMEOUT_S", "RankFailed", "RankGroup", "START_TIMEOUT_S", "STEP_TIMEOUT_S"]
 
@@ -218,8 +226,9 @@ class RankGroup:
         missing = [r for r, key in enumerate(results) if not self._store.check([key])]
         if missing:
             self._fail(f"rank(s) {missing} exited before reporting {what}", missing)
-        # The keys stay: a few hundred bytes per command, and a delete would cost a round trip each.
-        return [self._store.get(key) for key in results]
+        # The keys stay: a few hundred bytes per command, and a delete would cost a round trip each (a reply sent
+        # in parts is deleted once read).
+        return [get_value(self._store, key) for key in results]
 
     # --- commands -------------------------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """The rank's side of a `launch.RankGroup`: set up once, then run the group's commands from a table until "stop".
 
 Command ``n`` is the key ``<secret>/cmd/n``, whose value is ``name`` or ``name argument``; the rank runs
-``commands[name](state, argument)``, writes the reply under ``<secret>/result/n/<rank>`` and adds 1 to
+``commands[name](state, argument)``, writes the reply under ``<secret>/result/n/<rank>`` (in parts above
+`control.PART_BYTES`) and adds 1 to
 ``<secret>/count/n``; the rank that brings the count to the world size sets ``<secret>/done/n``, the one key the
 group waits on. A rank that raises writes its traceback under ``<secret>/error`` and sets ``done/n`` at once.
 
@@ -26,7 +27,7 @@ from typing import TypeVar
 import psutil
 from torch.distributed import DistError, DistStoreError
 
-from pitfalls.distributed.control import LAUNCHER_ENV, control_from_env
+from pitfalls.distributed.control import LAUNCHER_ENV, control_from_env, set_value
 
 __all__ = ["STOP", "Command", "serve"]
 
@@ -50,8 +51,7 @@ class _Server:
         return f"{self.secret}/{name}"
 
     def reply(self, value: bytes) -> None:
-        # The store takes bytes as well as text; its stub says str only.
-        self.store.set(self.key(f"result/{self.n}/{self.rank}"), value)  # type: ignore[arg-type]
+        set_value(self.store, self.key(f"result/{self.n}/{self.rank}"), value)
         if self.store.add(self.key(f"count/{self.n}"), 1) == self.world_size:
             self.store.set(self.key(f"done/{self.n}"), "ok")
 

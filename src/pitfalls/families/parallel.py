@@ -33,6 +33,10 @@ rank 0 against the others (the article's unbalanced memory), time in communicati
 "the other GPUs cool down waiting"). There is nothing to ``torch.compile`` across processes, and the suite's
 sync-hazard and CUDA-sync counters see only their own process, so those shared figures do not apply.
 
+Nets (the ``model`` axis): the article's toy ``segnet``, whose 41 KB of gradients fit in DDP's first bucket,
+and ``wide``, the same net with a 25 MiB head whose gradients fill several buckets, so that communication can
+overlap backward (exposed against in flight). Weak scaling: ddp's samples/s at W ranks over W times one rank's.
+
 What each process runs (the data, the net, the `Trainer`) is in `parallel_step`; this module holds the entry, the
 devices, the family's own figures and the gate.
 
@@ -63,8 +67,10 @@ from pitfalls.families.parallel_step import (
     DATA_PARALLEL,
     DATA_PARALLEL_LOSS_INSIDE,
     DDP,
+    MODELS,
     NEEDS_GPUS,
     NUM_CLASSES,
+    SEGNET,
     SINGLE,
     VARIANTS,
     RankFigures,
@@ -73,6 +79,7 @@ from pitfalls.families.parallel_step import (
     Trainer,
     initial_net,
     make_trainer,
+    parameter_count,
     seeded_images,
     synchronize_all,
     utilization,
@@ -225,6 +232,39 @@ def measure_figures(case: Case, *, steps: int = FIGURE_STEPS, nvml_seconds: floa
     )
 
 
+def scaling_efficiency(variant: str, world_size: int, figures: ParallelFigures,
+                       one_rank: ParallelFigures | str | None) -> float | Unavailable:
+    """Weak-scaling efficiency of ddp: samples/s of W ranks over W times the samples/s of one rank.
+
+    The batch per rank is fixed, so W ranks do W times one rank's work: 1.0 is perfect scaling, and what is
+    missing is the all-reduce, the waits for the slowest rank and whatever the ranks share (cores, memory
+    bandwidth, PCIe or NVLink).
+
+    Args:
+        variant: the case's variant (ddp only).
+        world_size: its ranks.
+        figures: its own figures.
+        one_rank: the figures of the same case at one rank, or the reason that case has none (None: not in the
+            grid).
+
+    Returns:
+        The efficiency, or n/a with the reason.
+    """
+    if variant != DDP:
+        return Unavailable("weak scaling is ddp's figure: ranks with a fixed batch each")
+    if world_size == 1:
+        return Unavailable("one rank: the reference of the efficiency")
+    if one_rank is None:
+        return Unavailable("the grid has no 1-rank ddp case to compare with")
+    if isinstance(one_rank, str):
+        return Unavailable(f"the 1-rank ddp case did not run: {one_rank}")
+    for rate in (figures.samples_per_s, one_rank.samples_per_s):
+        if isinstance(rate, Unavailable):
+            return rate
+    assert not isinstance(figures.samples_per_s, Unavailable) and not isinstance(one_rank.samples_per_s, Unavailable)
+    return figures.samples_per_s / (world_size * one_rank.samples_per_s)
+
+
 def exposed_communication(runner: Runner, steps: int) -> float | Unavailable:
     """What communication costs a step (ddp): its step time minus that of the same step without the all-reduce."""
     if not isinstance(runner, DdpGroup):
@@ -271,17 +311,24 @@ def build(variant: str, device: torch.device, compiled: bool, params: dict[str, 
 _GATHERED_COPIES = 3
 
 
+# Copies of the parameters a device holds in a step: the weights, their gradients, SGD's momentum, and DDP's
+# gradient buckets (a DataParallel replica holds the broadcast weights and its gradients instead).
+_PARAMETER_COPIES = 4
+
+
 def device_estimates(variant: str, params: Mapping[str, Any]) -> tuple[int, ...]:
     """Peak bytes of the step on each device, device 0 first, before anything is allocated.
 
     ``single`` holds the whole global batch on one device; a ``ddp`` rank holds its 1/W; a DataParallel replica
     holds its 1/W, and device 0 also the gathered outputs of the whole global batch, their loss and its gradient
-    (``data_parallel``), or one scalar per replica (``data_parallel_loss_inside``).
+    (``data_parallel``), or one scalar per replica (``data_parallel_loss_inside``). Every device also holds
+    `_PARAMETER_COPIES` copies of the net's float32 parameters.
     """
     world, batch, size = int(params["world_size"]), int(params["batch"]), int(params["image_size"])
-    share = estimate_train_step_bytes(batch, size)
+    weights = _PARAMETER_COPIES * 4 * parameter_count(str(params.get("model", SEGNET)))
+    share = estimate_train_step_bytes(batch, size) + weights
     if variant == SINGLE:
-        return (estimate_train_step_bytes(world * batch, size),)
+        return (estimate_train_step_bytes(world * batch, size) + weights,)
     if variant == DATA_PARALLEL:
         gathered = _GATHERED_COPIES * 4 * NUM_CLASSES * world * batch * size * size
         return (share + gathered,) + (share,) * (world - 1)
@@ -292,7 +339,7 @@ def check_memory(variant: str, device: torch.device, config: StepConfig) -> None
     """Raise `SkipCase` when a device of the case would not hold its share (all of them on the host, for ranks
     that share its memory)."""
     needs = device_estimates(variant, {"world_size": config.world_size, "batch": config.batch,
-                                       "image_size": config.image_size})
+                                       "image_size": config.image_size, "model": config.model})
     if device.type == "cuda":
         for index, needed in enumerate(needs):
             ok, reason = fits(torch.device("cuda", index), needed)
@@ -455,15 +502,17 @@ FAMILY = Family(
         Param("world_size", 2, "ranks (ddp processes or data_parallel replicas) sharing the global batch"),
         Param("batch", 4, "images per rank; the global batch is world_size * batch"),
         Param("image_size", 64, "image height and width, in pixels", minimum=4),
+        Param("model", SEGNET, "the net: segnet (the article's, 41 KB of gradients: one DDP bucket) or wide "
+              "(segnet and a 25 MiB head: several buckets, the all-reduce can overlap backward)", choices=MODELS),
     ),
     builder=build,
     estimate=estimate,
     comparer=compare,
     smoke={"world_size": 2, "batch": 2, "image_size": 16},
     grids={
-        "quick": {"world_size": (1, 2), "batch": (4,), "image_size": (64,)},
+        "quick": {"world_size": (1, 2), "batch": (4,), "image_size": (64,), "model": (SEGNET,)},
         # Up to 8 GPUs; a machine with fewer reads n/a for the larger world sizes.
-        "full": {"world_size": (1, 2, 4, 8), "batch": (4, 8, 32), "image_size": (64, 512)},
+        "full": {"world_size": (1, 2, 4, 8), "batch": (4, 8, 32), "image_size": (64, 512), "model": MODELS},
     },
     # The article: 4 GPUs, a global batch of 32 (8 per GPU), 512x512 images.
     article_sizes=({"world_size": 4, "batch": 8, "image_size": 512},),

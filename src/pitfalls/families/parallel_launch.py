@@ -29,7 +29,7 @@ def rank_arguments(config: StepConfig, device_type: str, threads: int) -> list[s
     return [
         "--device", device_type, "--threads", str(threads), "--world-size", str(config.world_size),
         "--batch", str(config.batch), "--image-size", str(config.image_size), "--seed", str(config.seed),
-        "--lr", repr(config.lr), "--dtype", config.dtype,
+        "--lr", repr(config.lr), "--dtype", config.dtype, "--model", config.model,
     ]
 
 

@@ -36,7 +36,7 @@ import torch.distributed as dist
 from pitfalls.distributed import serve, step_seconds, time_steps
 from pitfalls.distributed.control import CONTROL_ENV
 from pitfalls.distributed.launch import PROCESS_GROUP_TIMEOUT_S
-from pitfalls.families.parallel_step import DDP, StepConfig, Trainer, make_trainer, utilization
+from pitfalls.families.parallel_step import DDP, MODELS, SEGNET, StepConfig, Trainer, make_trainer, utilization
 from pitfalls.probes.nvml import NvmlSampler
 from pitfalls.probes.result import Unavailable
 
@@ -52,6 +52,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=1e-3, help="SGD learning rate (default 1e-3)")
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32",
                         help="the net's and the images' dtype (default float32)")
+    parser.add_argument("--model", choices=MODELS, default=SEGNET,
+                        help="the net: segnet (the article's, one DDP bucket) or wide (25 MiB: several buckets)")
     parser.add_argument("--world-size", type=int, help="expected world size (default: the launcher's WORLD_SIZE)")
     parser.add_argument("--threads", type=int, help="intra-op threads (default: torch's, from OMP_NUM_THREADS)")
     parser.add_argument("--pg-timeout", type=float, default=PROCESS_GROUP_TIMEOUT_S,
@@ -87,7 +89,7 @@ def init_rank(args: argparse.Namespace) -> Trainer:
                             timeout=datetime.timedelta(seconds=args.pg_timeout),
                             device_id=device if device.type == "cuda" else None)
     config = StepConfig(world_size=world_size, batch=args.batch, image_size=args.image_size, seed=args.seed,
-                        lr=args.lr, dtype=args.dtype)
+                        lr=args.lr, dtype=args.dtype, model=args.model)
     return make_trainer(DDP, device, config, rank=rank)
 
 
@@ -190,6 +192,7 @@ def standalone(args: argparse.Namespace) -> dict[str, Any]:
             "batch_per_rank": args.batch,
             "global_batch": world_size * args.batch,
             "image_size": args.image_size,
+            "model": args.model,
             "device": args.device,
             "step_s": step_s,
             "samples_per_s": world_size * args.batch / step_s,

@@ -36,6 +36,14 @@ VARIANTS = (SINGLE, DATA_PARALLEL, DATA_PARALLEL_LOSS_INSIDE, DDP)
 NEEDS_GPUS = "needs 2 or more CUDA devices"
 NUM_CLASSES = 10
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
+# The nets a step can train: the article's toy SegNet (about 10,300 parameters, 41 KB of gradients: all of them in
+# DDP's first 1 MiB bucket, so there is nothing to overlap), and `WideSegNet` (25.1 MiB of parameters: its
+# gradients fill several of DDP's 25 MiB buckets, so the all-reduce can run while backward goes on).
+SEGNET = "segnet"
+WIDE = "wide"
+MODELS = (SEGNET, WIDE)
+WIDE_WIDTH = 1280
+WIDE_LAYERS = 4
 
 # What the profiler calls communication. gloo's collectives are recorded from enqueue to completion on the CPU;
 # on a GPU the work is the nccl kernels (DDP's all-reduce, DataParallel's broadcast and reduce) and the
@@ -57,6 +65,7 @@ class StepConfig:
         lr: SGD learning rate.
         momentum: SGD momentum.
         dtype: "float32" (the benchmark) or "float64" (the equivalence gate).
+        model: the net, one of `MODELS`.
     """
 
     world_size: int
@@ -67,10 +76,13 @@ class StepConfig:
     lr: float = 1e-3
     momentum: float = 0.9
     dtype: str = "float32"
+    model: str = SEGNET
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype={self.dtype!r} is not allowed; allowed: {', '.join(DTYPES)}")
+        if self.model not in MODELS:
+            raise ValueError(f"model={self.model!r} is not allowed; allowed: {', '.join(MODELS)}")
 
     @property
     def global_batch(self) -> int:
@@ -107,10 +119,40 @@ def seeded_images(first: int, count: int, image_size: int, num_classes: int, see
     return torch.stack(images), torch.stack(labels)
 
 
-def initial_net(config: StepConfig) -> SegNet:
+class WideSegNet(nn.Module):
+    """`SegNet` plus a wide head: ``WIDE_LAYERS`` Linear(``WIDE_WIDTH``, ``WIDE_WIDTH``) layers on each image's mean
+    colour, whose output shifts that image's class logits.
+
+    25.1 MiB of parameters at little compute (the head sees one vector per image), so that DDP has gradients
+    enough to fill several buckets; the segmentation step and its loss are SegNet's.
+    """
+
+    def __init__(self, num_classes: int = NUM_CLASSES) -> None:
+        super().__init__()
+        self.segnet = SegNet(num_classes)
+        layers: list[nn.Module] = [nn.Linear(3, WIDE_WIDTH), nn.ReLU()]
+        for _ in range(WIDE_LAYERS):
+            layers += [nn.Linear(WIDE_WIDTH, WIDE_WIDTH), nn.ReLU()]
+        self.head = nn.Sequential(*layers, nn.Linear(WIDE_WIDTH, num_classes))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.segnet(x) + self.head(x.mean(dim=(2, 3)))[:, :, None, None]
+
+
+def parameter_count(model: str, num_classes: int = NUM_CLASSES) -> int:
+    """Parameters of a net of `MODELS`, counted without building it."""
+    segnet = 3 * 10 * 9 + 10 + 10 * (10 * 10 * 9 + 10) + 10 * num_classes * 9 + num_classes
+    if model == SEGNET:
+        return segnet
+    head = (3 + 1) * WIDE_WIDTH + WIDE_LAYERS * (WIDE_WIDTH + 1) * WIDE_WIDTH + (WIDE_WIDTH + 1) * num_classes
+    return segnet + head
+
+
+def initial_net(config: StepConfig) -> nn.Module:
     """The net every variant and rank starts from: the same seeded weights everywhere."""
     torch.manual_seed(config.seed)
-    return SegNet(config.num_classes).to(config.torch_dtype)
+    net = SegNet(config.num_classes) if config.model == SEGNET else WideSegNet(config.num_classes)
+    return net.to(config.torch_dtype)
 
 
 @dataclass(frozen=True)
