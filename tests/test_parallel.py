@@ -93,8 +93,8 @@ def test_the_entry_single_first_no_floor_and_only_the_figures_that_apply():
     assert FAMILY.variants == (SINGLE, DATA_PARALLEL, DATA_PARALLEL_LOSS_INSIDE, DDP)
     assert FAMILY.baseline == SINGLE and not FAMILY.floor and FAMILY.cases == FAMILY.variants
     assert FAMILY.figures == {"time", "speedup"}
-    assert FAMILY.param_names == ("world_size", "batch", "image_size")
-    assert FAMILY.axes("quick") == {"world_size": (1, 2), "batch": (4,), "image_size": (64,)}
+    assert FAMILY.param_names == ("world_size", "batch", "image_size", "model")
+    assert FAMILY.axes("quick") == {"world_size": (1, 2), "batch": (4,), "image_size": (64,), "model": ("segnet",)}
     with pytest.raises(ValueError, match="nothing to torch.compile"):
         FAMILY.build(SINGLE, compiled=True)
 
@@ -665,7 +665,7 @@ def test_probe_runs_a_ddp_case_through_the_generic_command_and_stops_its_ranks()
     )
     out, err = probe.communicate(timeout=600)
     assert probe.returncode == 0, err[-3000:]
-    assert "parallel/ddp world_size=2 batch=2 image_size=16 cpu eager" in out
+    assert "parallel/ddp world_size=2 batch=2 image_size=16 model=segnet cpu eager" in out
     assert "speedup over single" in out and "does not apply to the parallel family" in out
     # The command does not close its cases; the group's finalizer stops the ranks when the interpreter exits.
     ranks = []
