@@ -94,7 +94,7 @@ def test_the_entry_single_first_no_floor_and_only_the_figures_that_apply():
     assert FAMILY.baseline == SINGLE and not FAMILY.floor and FAMILY.cases == FAMILY.variants
     assert FAMILY.figures == {"time", "speedup"}
     assert FAMILY.param_names == ("world_size", "batch", "image_size", "model")
-    assert FAMILY.axes("quick") == {"world_size": (1, 2), "batch": (4,), "image_size": (64,), "model": ("segnet",)}
+    assert FAMILY.axes("quick") == {"world_size": (1, 2), "batch": (4,), "image_size": (64,)}
     with pytest.raises(ValueError, match="nothing to torch.compile"):
         FAMILY.build(SINGLE, compiled=True)
 

@@ -754,6 +754,31 @@ def test_a_benchmark_missing_from_benchmarks_json_is_listed_under_other_benchmar
 
 
 @uses_asv_run
+def test_a_result_whose_axes_are_not_benchmarks_json_s_is_listed_under_other_benchmarks(project, tmp_path, caplog):
+    # A benchmark that gained an axis since the run: its older results cannot be named by the new axes.
+    copy = damaged_copy(project, tmp_path)
+
+    def drop_last_axis(results):
+        row = results["bench_toy.Single.time_single"]
+        kept = len(row[1][-1])
+        row[0], row[1] = row[0][::kept], row[1][:-1]
+        for column in range(2, len(row)):
+            if isinstance(row[column], list) and len(row[column]) == kept * len(row[0]):
+                row[column] = row[column][::kept]
+
+    edit_results(result_file(copy, project.second_commit), drop_last_axis)
+    with caplog.at_level(logging.WARNING):
+        text = report.write_report(copy, tmp_path / "report").read_text(encoding="utf-8")
+    rows = [r for r in report.load_results(copy)
+            if r.benchmark == "bench_toy.Single.time_single" and r.commit.startswith(project.second_commit[:8])]
+    odd = [r for r in rows if not r.in_suite]  # the edited file's; the other environment's stay in the suite
+    assert odd and len(odd) < len(rows)
+    assert all(list(r.params) == [f"param{i + 1}" for i in range(len(r.params))] for r in odd)
+    assert "#### other: bench_toy.Single" in text
+    assert pitfalls_warnings(caplog) == []
+
+
+@uses_asv_run
 def test_a_malformed_value_names_the_file_and_the_benchmark_and_the_rest_is_reported(project, tmp_path, caplog):
     copy = damaged_copy(project, tmp_path)
     path = result_file(copy, project.second_commit)

@@ -240,8 +240,11 @@ def _benchmark_rows(result: Any, name: str, meta: Mapping[str, Any] | None, base
     if not isinstance(params, list) or not all(isinstance(p, list) for p in params):
         raise _Malformed(f"parameters {params!r} are not lists of values")
     names = list(meta["param_names"]) if meta and meta.get("param_names") else []
-    if len(names) != len(params):
-        names = [f"param{i + 1}" for i in range(len(params))]  # asv's own default naming
+    # A result whose parameters are not the ones benchmarks.json describes (a benchmark that has gained or lost an
+    # axis since) cannot be named by them: it is one of the "other benchmarks", under asv's own default names.
+    described = meta is not None and len(names) == len(params)
+    if not described:
+        names = [f"param{i + 1}" for i in range(len(params))]
     combos = list(itertools.product(*params))
     # asv's accessor pads a short list with nulls, which would read as failures: check the stored list itself.
     stored = result._results.get(name)
@@ -264,7 +267,7 @@ def _benchmark_rows(result: Any, name: str, meta: Mapping[str, Any] | None, base
                 params={n: _param_value(v) for n, v in zip(names, combo, strict=True)},
                 value=number,
                 status=status,
-                in_suite=meta is not None,
+                in_suite=described,
             )
         )
     return rows

@@ -329,7 +329,10 @@ def comparison_markdown(rows: Sequence[Row]) -> str:
         )
         lines.append("")
         times = [r for r in commit_rows if r.kind == "time"]
-        for (family, benchmark), bench_rows in group(times, lambda r: (r.family, r.benchmark)).items():
+        # Rows compare when their axes are the same: a benchmark whose axes changed between the environments'
+        # runs (asv's default names in one) gets a table per set of axes.
+        by_axes = group(times, lambda r: (r.family, r.benchmark, tuple(r.params)))
+        for (family, benchmark, _), bench_rows in by_axes.items():
             names = _ordered_names(bench_rows[0].params)
             table: dict[tuple[Any, ...], dict[str, Row]] = defaultdict(dict)
             for row in bench_rows:
@@ -453,7 +456,8 @@ def summary_markdown(
                     "#### other benchmarks",
                     "",
                     "Results of benchmarks that the results folder's benchmarks.json does not describe (a benchmark "
-                    "since renamed or removed, or from another suite): asv's default parameter names.",
+                    "since renamed or removed, or whose axes have changed since, or from another suite): asv's "
+                    "default parameter names.",
                     "",
                 ]
             for name, other_rows in others.items():

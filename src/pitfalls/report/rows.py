@@ -40,8 +40,9 @@ class Row:
         value: the figure, or None when the case was skipped or failed.
         status: "ok", "skipped" or "failed".
         machine_facts: asv's machine.json for the machine (cpu, num_cpu, arch, os, ram).
-        in_suite: False for a benchmark that benchmarks.json does not describe (its parameter names are asv's
-            defaults param1, param2...); the report lists those under "other benchmarks".
+        in_suite: False for a benchmark that benchmarks.json does not describe, or whose parameters are not the
+            ones it describes (their names are then asv's defaults param1, param2...); the report lists those under
+            "other benchmarks".
     """
 
     machine: str
