@@ -238,6 +238,9 @@ def test_workers_that_copy_nothing_read_na_not_a_number() -> None:
     assert isinstance(growth.per_item, Unavailable), growth
 
 
+# A planted time read against its plan: in the serial phase, where no other test shares the cores (a 2 ms step
+# read 5.2 ms, a median, beside the parallel phase's tests).
+@pytest.mark.serial
 def test_the_gpu_proof_reads_the_planted_step_and_the_verdict_with_it() -> None:
     """Its CPU dry run: the clock spin (on a GPU, the sized matmul loop) against its planted time, then verdicts."""
     from pitfalls import gpu_proof
