@@ -14,7 +14,6 @@ from torch.utils.data import DataLoader, Dataset
 
 from pitfalls.calibration import shared
 from pitfalls.calibration.run import all_checks, run_checks
-from pitfalls.calibration.suite import suite_module
 from pitfalls.calibration.table import CPU, CUDA
 
 # Timing and memory figures read against planted values: with the machine to themselves.
@@ -89,14 +88,16 @@ class _Slow(Dataset[torch.Tensor]):
 
 def test_speedup_timed_while_other_workers_prefetch_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     # The fault: the other case's workers are live and the baseline's timed calls wait on their queue.
-    common = suite_module("common")
-    real = common.interleaved_speedup
+    # The suite's speedup (benchmarks/common.speedup) runs through pitfalls.probes.timing.case_speedup.
+    from pitfalls.probes import timing
+
+    real = timing.interleaved_speedup
     iterator = iter(DataLoader(_Slow(), batch_size=1, num_workers=2, prefetch_factor=1))
 
     def faulty(baseline, candidate, **kw):  # type: ignore[no-untyped-def]
         return real(lambda: (next(iterator), baseline()), candidate, **kw)
 
-    monkeypatch.setattr(common, "interleaved_speedup", faulty)
+    monkeypatch.setattr(timing, "interleaved_speedup", faulty)
     (check,) = [c for c in shared.shared_checks() if c.name == "speedup: itself, idle workers alive"]
     try:
         row = run_checks([check], CPU)[0]
