@@ -139,20 +139,20 @@ class WideSegNet(nn.Module):
         return self.segnet(x) + self.head(x.mean(dim=(2, 3)))[:, :, None, None]
 
 
+def _net(model: str, num_classes: int) -> nn.Module:
+    return SegNet(num_classes) if model == SEGNET else WideSegNet(num_classes)
+
+
 def parameter_count(model: str, num_classes: int = NUM_CLASSES) -> int:
-    """Parameters of a net of `MODELS`, counted without building it."""
-    segnet = 3 * 10 * 9 + 10 + 10 * (10 * 10 * 9 + 10) + 10 * num_classes * 9 + num_classes
-    if model == SEGNET:
-        return segnet
-    head = (3 + 1) * WIDE_WIDTH + WIDE_LAYERS * (WIDE_WIDTH + 1) * WIDE_WIDTH + (WIDE_WIDTH + 1) * num_classes
-    return segnet + head
+    """Parameters of a net of `MODELS`, counted on the meta device (nothing is allocated)."""
+    with torch.device("meta"):
+        return sum(p.numel() for p in _net(model, num_classes).parameters())
 
 
 def initial_net(config: StepConfig) -> nn.Module:
     """The net every variant and rank starts from: the same seeded weights everywhere."""
     torch.manual_seed(config.seed)
-    net = SegNet(config.num_classes) if config.model == SEGNET else WideSegNet(config.num_classes)
-    return net.to(config.torch_dtype)
+    return _net(config.model, config.num_classes).to(config.torch_dtype)
 
 
 @dataclass(frozen=True)
