@@ -21,6 +21,7 @@ import torch
 from pitfalls import cli, registry
 from pitfalls.families import loader
 from pitfalls.families.loader import probes as loader_probes
+from pitfalls.families.loader import steps as steps_module
 from pitfalls.families.loader.data import (
     CACHE_ENV,
     DataSpec,
@@ -359,23 +360,59 @@ def test_corrupt_bytes_in_ram_name_the_item_and_the_file_they_came_from(own_data
                (48, 48, 3))
 
 
+def killed_and_reported(pid: int) -> None:
+    """Kill a loader worker and let DataLoader's SIGCHLD handler report it here, where the test waits.
+
+    That handler raises at the next bytecode of the main thread, wherever it is: a death landing between two
+    batches is torch's report, outside any guard of the case. Taking it here leaves the case's own handling of
+    the death (its next batch) free of that race.
+    """
+    with pytest.raises(RuntimeError, match=rf"DataLoader worker \(pid {pid}\) is killed by signal"):
+        os.kill(pid, signal.SIGKILL)
+        for _ in range(1000):
+            time.sleep(0.01)
+
+
 def test_a_worker_that_dies_is_a_clear_error_within_the_timeout_and_leaves_no_process(data_cache):
-    case = FAMILY.build("naive", image_size=32, batch=4, items=8, num_workers=2, timeout=20)
+    case = FAMILY.build("naive", image_size=32, batch=4, items=8, num_workers=2, timeout=10)
     case()
     pids = loader_probes.batch_step(case).worker_pids()
     started = time.monotonic()
-    # DataLoader's SIGCHLD handler may raise as soon as the worker dies, wherever the main thread is.
+    killed_and_reported(pids[0])
     # Torch's own messages also start "DataLoader worker (pid": only WorkerDied names the pid and the variant.
     with pytest.raises(loader.WorkerDied) as raised:
-        os.kill(pids[0], signal.SIGKILL)
         for _ in range(20):
             case()
-    assert time.monotonic() - started < 20 + 10
+    assert time.monotonic() - started < 10 + 10
     assert str(raised.value).startswith(f"DataLoader worker (pid {pids[0]}) of naive died while loading a batch (")
     assert str(raised.value).endswith("; the loader is closed")
     # Closed when it raised, not by the close below: no worker is left, and the step refuses another batch.
     assert loader_probes.batch_step(case).iterator is None
     assert children_alive(pids) == []
+    case.close()
+
+
+def test_the_handlers_report_on_the_way_into_the_cleanup_is_the_death_being_handled(data_cache, monkeypatch):
+    # The handler's report can also land on the first line of the cleanup that would hold it off: planted there
+    # on the first entry, the death must still end as WorkerDied.
+    real, entries = loader.sigchld_held, []
+
+    def reported_on_entry():
+        entries.append(1)
+        if len(entries) == 1:
+            raise RuntimeError("DataLoader worker (pid 1) is killed by signal: Killed. ")
+        return real()
+
+    case = FAMILY.build("naive", image_size=32, batch=4, items=8, num_workers=2, timeout=10)
+    case()
+    pids = loader_probes.batch_step(case).worker_pids()
+    killed_and_reported(pids[0])
+    monkeypatch.setattr(steps_module, "sigchld_held", reported_on_entry)
+    with pytest.raises(loader.WorkerDied, match=rf"DataLoader worker \(pid {pids[0]}\) of naive died"):
+        for _ in range(20):
+            case()
+    assert len(entries) == 2
+    assert loader_probes.batch_step(case).iterator is None and children_alive(pids) == []
     case.close()
 
 

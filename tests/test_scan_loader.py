@@ -22,6 +22,8 @@ from pitfalls import cli
 from pitfalls.families import loader as loader_family
 from pitfalls.scan_loader import ScanOptions, scan_loader, smaller_dtype
 from pitfalls.scan_loader.anatomy import anatomy
+from pitfalls.scan_loader.deliver import WorkerDied, theirs
+from pitfalls.targets import ScannedCodeError
 
 PIPELINE = str(Path(pipeline.__file__))
 # The rates are judged with the loader family's own calibration tolerance for samples/s (the same steady-state
@@ -231,6 +233,33 @@ def test_a_dead_worker_ends_the_scan_with_every_worker_gone(capsys, tmp_path):
     assert not no_workers_left()
 
 
+class _Worker:
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def is_alive(self) -> bool:
+        return psutil.pid_exists(self.pid)
+
+
+class _BrokenConnection:
+    """An iterator as DataLoader's is when a batch's worker is gone before its shared memory was fetched."""
+
+    def __init__(self, worker_pid: int) -> None:
+        self._workers = [_Worker(worker_pid)]
+
+    def __next__(self):
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+
+def test_a_broken_connection_is_a_dead_worker_when_one_has_exited_and_the_users_error_otherwise():
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    with pytest.raises(WorkerDied, match=rf"pid {gone.pid}\) exited unexpectedly \(ConnectionResetError"):
+        next(theirs("data", _BrokenConnection(gone.pid)))
+    with pytest.raises(ScannedCodeError, match="ConnectionResetError"):
+        next(theirs("data", _BrokenConnection(os.getpid())))
+
+
 @pytest.mark.parametrize("argv, says", [
     (["--workers", "0,x"], "worker counts"),
     (["--workers", "-1"], "0 or more"),
@@ -395,17 +424,19 @@ def test_samples_per_second_agrees_with_the_loader_familys_at_no_workers():
     the same work per batch, timed by two routines, two rounds interleaved."""
     import statistics
 
+    from pitfalls.devices import device_threads
     from pitfalls.families.loader import FAMILY, make_step
     from pitfalls.families.loader.probes import samples_per_second
 
     where, params = FAMILY.place("naive", "cpu", {**FAMILY.smoke, "num_workers": 0})
     step = make_step("naive", where, params)
 
-    def family_step(batch):  # BatchStep.__call__'s work on a batch already on the device
+    def family_step(batch):  # BatchStep.__call__'s work on a batch already on the device, on its threads
         images, masks = batch
-        step.optimizer.zero_grad(set_to_none=True)
-        step.model(images, masks).backward()
-        step.optimizer.step()
+        with device_threads(step.device):
+            step.optimizer.zero_grad(set_to_none=True)
+            step.model(images, masks).backward()
+            step.optimizer.step()
 
     family, scanned = [], []
     try:

@@ -9,10 +9,15 @@ from typing import Any
 import torch
 
 from pitfalls.devices import synchronize
+from pitfalls.families.loader.workers import exited, is_handler_report
+from pitfalls.scan_loader.rebuild import worker_pids
 from pitfalls.scan_loader.target import Step
 from pitfalls.targets import ScannedCodeError, call_scanned
 
 __all__ = ["Delivery", "WorkerDied", "theirs", "to_device"]
+
+
+_DEATH_WAIT_S = 2.0
 
 
 class WorkerDied(RuntimeError):
@@ -60,8 +65,16 @@ def theirs(target: str, iterator: Iterator[Any]) -> Iterator[Any]:
         except StopIteration:
             return
         except RuntimeError as error:
-            if str(error).startswith("DataLoader worker"):
+            if is_handler_report(error):
                 raise WorkerDied(str(error).splitlines()[0]) from error
+            raise ScannedCodeError(target, "loading a batch", error) from error
+        except (OSError, EOFError) as error:
+            # A batch whose worker died before the main process fetched its shared memory breaks a connection,
+            # a moment before the kernel shows that worker dead.
+            dead = exited(worker_pids(iterator, live=False), wait_s=_DEATH_WAIT_S)
+            if dead:
+                raise WorkerDied(f"DataLoader worker (pid {', '.join(map(str, dead))}) exited unexpectedly "
+                                 f"({type(error).__name__}: {error})") from error
             raise ScannedCodeError(target, "loading a batch", error) from error
         except Exception as error:
             raise ScannedCodeError(target, "loading a batch", error) from error

@@ -1,5 +1,5 @@
 """The user's loader rebuilt with other options from the same dataset, its batches cycling without an epoch end,
-and shut down with every worker gone."""
+and the pids of its workers."""
 
 from __future__ import annotations
 
@@ -8,12 +8,9 @@ from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset
 
-from pitfalls.families.loader.workers import sigchld_held
-
-__all__ = ["CyclingBatches", "batches_per_epoch", "rebuild", "shut_down", "worker_pids"]
+__all__ = ["CyclingBatches", "batches_per_epoch", "rebuild", "worker_pids"]
 
 DEFAULT_PREFETCH = 2
-_JOIN_S = 10.0
 
 
 class CyclingBatches:
@@ -72,26 +69,7 @@ def rebuild(loader: DataLoader[Any], *, workers: int, pin_memory: bool = False, 
     return DataLoader(loader.dataset, **options)
 
 
-def worker_pids(iterator: Iterator[Any]) -> list[int]:
-    """The pids of a DataLoader iterator's live workers (none without workers)."""
-    return [int(w.pid) for w in getattr(iterator, "_workers", ()) if w.pid is not None and w.is_alive()]
-
-
-def shut_down(iterator: Iterator[Any] | None) -> None:
-    """Stop a DataLoader iterator's workers and wait until each has exited, killing any that does not stop."""
-    if iterator is None:
-        return
-    processes = list(getattr(iterator, "_workers", ()))
-    shutdown = getattr(iterator, "_shutdown_workers", None)  # DataLoader has no public one; its __del__ calls this
-    with sigchld_held():
-        if shutdown is not None:
-            try:
-                shutdown()
-            except RuntimeError as error:  # a worker already dead is reported again while the others are joined
-                if not str(error).startswith("DataLoader worker"):
-                    raise
-        for process in processes:
-            process.join(timeout=_JOIN_S)
-            if process.is_alive():
-                process.kill()
-                process.join(timeout=_JOIN_S)
+def worker_pids(iterator: Iterator[Any], *, live: bool = True) -> list[int]:
+    """The pids of a DataLoader iterator's workers (none without workers): the live ones, or with ``live=False``
+    every one started."""
+    return [int(w.pid) for w in getattr(iterator, "_workers", ()) if w.pid is not None and (w.is_alive() or not live)]

@@ -20,13 +20,14 @@ import torch
 from torch.utils.data import DataLoader
 
 from pitfalls.families.loader.steady import Steady, prefilled, steady_state
+from pitfalls.families.loader.workers import is_handler_report, shut_down
 from pitfalls.probes.group_memory import GroupMemorySampler
 from pitfalls.probes.result import Unavailable
 from pitfalls.scan_loader.advice import advise
 from pitfalls.scan_loader.anatomy import anatomy
 from pitfalls.scan_loader.containers import find_containers, touch_copied_bytes
 from pitfalls.scan_loader.deliver import Delivery, WorkerDied, theirs
-from pitfalls.scan_loader.rebuild import DEFAULT_PREFETCH, batches_per_epoch, rebuild, shut_down, worker_pids
+from pitfalls.scan_loader.rebuild import DEFAULT_PREFETCH, batches_per_epoch, rebuild, worker_pids
 from pitfalls.scan_loader.results import CopyOnWrite, ScanLoaderReport, Setting, SettingResult, verdict
 from pitfalls.scan_loader.target import Step
 from pitfalls.targets import TargetError
@@ -205,7 +206,7 @@ def scan_loader(loader: DataLoader[Any], step: Step | None, options: ScanOptions
         return _scan(loader, step, options, target, step_name)
     except RuntimeError as error:
         # DataLoader's SIGCHLD handler reports a dead worker wherever the main thread is, not only in next().
-        if str(error).startswith("DataLoader worker"):
+        if is_handler_report(error):
             raise WorkerDied(str(error).splitlines()[0]) from error
         raise
 

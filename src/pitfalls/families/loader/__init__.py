@@ -100,6 +100,7 @@ from pitfalls.families.loader.workers import (
     WorkerBoard,
     WorkerDied,
     release_free_heap,
+    shut_down,
     sigchld_held,
     usable_cores,
     uss_without_batches,
@@ -117,7 +118,8 @@ __all__ = [
     "PackedBytes", "SourceFiles", "Store", "WorkerBoard", "WorkerDied", "batch_bytes", "build", "check_params",
     "collate_encoded", "compare", "data_spec", "decoded_items", "delivered", "differences", "ensure_data",
     "estimate", "float_item", "make_dataset", "make_step", "make_store", "nbytes", "opencv_decoder", "pinned",
-    "memory_checks", "probes", "release_free_heap", "steady", "sigchld_held", "timing_checks", "torchvision_decoder",
+    "memory_checks", "probes", "release_free_heap", "shut_down", "steady", "sigchld_held", "timing_checks",
+    "torchvision_decoder",
     "uint8_item",
     "usable_cores", "uss_without_batches",
 ]

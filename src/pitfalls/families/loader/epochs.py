@@ -10,7 +10,7 @@ ones; with it, the same workers are told to start the epoch. Both values are tim
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, RandomSampler
 from pitfalls.devices import synchronize
 from pitfalls.families.loader.entry import ENTRY
 from pitfalls.families.loader.steps import LoaderStep, make_step
-from pitfalls.families.loader.workers import sigchld_held
+from pitfalls.families.loader.workers import shut_down
 from pitfalls.family import FLOOR, SkipCase
 from pitfalls.probes.result import Unavailable
 
@@ -54,20 +54,6 @@ def one_epoch_loader(step: LoaderStep, *, persistent: bool) -> DataLoader[Any]:
                       collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, drop_last=True, **options)
 
 
-def _shut_down(iterator: Iterator[Any]) -> None:
-    """Stop and join an iterator's workers (DataLoader has no public shutdown; its ``__del__`` calls this one)."""
-    processes = list(getattr(iterator, "_workers", ()))
-    shutdown = getattr(iterator, "_shutdown_workers", None)
-    if shutdown is not None:
-        with sigchld_held():
-            shutdown()
-    for process in processes:
-        process.join(timeout=10)
-        if process.is_alive():
-            process.kill()
-            process.join(timeout=10)
-
-
 def epoch_start(loader: DataLoader[Any], deliver: Callable[[Any], object]) -> float:
     """Run one whole epoch of ``loader`` through ``deliver``, then time the next epoch's ``iter()`` to its first batch
     delivered; the workers are shut down before it returns.
@@ -88,7 +74,7 @@ def epoch_start(loader: DataLoader[Any], deliver: Callable[[Any], object]) -> fl
         deliver(next(iterator))
         return time.perf_counter() - began
     finally:
-        _shut_down(iterator)
+        shut_down(iterator)
 
 
 def epoch_starts(variant: str, device: str, **sizes: Any) -> EpochStarts:

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
-import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-import psutil
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, default_collate
@@ -21,12 +19,16 @@ from pitfalls.families.loader.sizes import estimate
 from pitfalls.families.loader.stepcost import planted_cost
 from pitfalls.families.loader.variants import DEVICE_NORMALIZED, FILE_VARIANTS, JPEG_VARIANTS, RAM_VARIANTS
 from pitfalls.families.loader.workers import (
+    HANDLER_REPORTS,
     CountingCollate,
     CyclingSampler,
     UssAtBatchStart,
     WorkerBoard,
     WorkerDied,
     WorkerInit,
+    exited,
+    is_handler_report,
+    shut_down,
     sigchld_held,
     usable_cores,
 )
@@ -203,31 +205,35 @@ class LoaderStep(BatchStep):
         try:
             return work()
         except (RuntimeError, OSError, EOFError) as error:
-            with sigchld_held():
-                # A broken connection can reach the main process a moment before the kernel shows its worker dead.
-                dead = self.dead_workers(wait_s=0.0 if isinstance(error, RuntimeError) else 2.0)
-                if dead:
-                    self.close()
+            # A broken connection can reach the main process a moment before the kernel shows its worker dead.
+            dead = self.close_if_dead(wait_s=0.0 if isinstance(error, RuntimeError) else 2.0)
             if not dead:
                 raise
             raise WorkerDied(f"DataLoader worker (pid {', '.join(map(str, dead))}) of {self.variant} died while "
                              f"loading a batch ({type(error).__name__}: {error}); the loader is closed") from error
 
+    def close_if_dead(self, wait_s: float) -> list[int]:
+        """Close the loader if a worker has exited (looking for up to ``wait_s`` seconds); returns the dead pids.
+
+        DataLoader's SIGCHLD handler, installed until `sigchld_held` replaces it, may report the same death once
+        more on the way in: that report is the death already being handled, so the look is made again.
+        """
+        for _ in range(HANDLER_REPORTS):
+            try:
+                with sigchld_held():
+                    dead = self.dead_workers(wait_s)
+                    if dead:
+                        self.close()
+                    return dead
+            except RuntimeError as late:
+                if not is_handler_report(late):
+                    raise
+        raise RuntimeError(f"{self.variant}: DataLoader kept reporting dead workers while the loader was closed")
+
     def dead_workers(self, wait_s: float = 0.0) -> list[int]:
         """The workers that have exited (or are zombies) although the loader still runs, looking again for up to
         ``wait_s`` seconds while there is none."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            dead = []
-            for pid in self.board.worker_pids():
-                try:
-                    if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                        dead.append(pid)
-                except psutil.NoSuchProcess:
-                    dead.append(pid)
-            if dead or time.monotonic() >= deadline:
-                return dead
-            time.sleep(0.05)
+        return exited(self.board.worker_pids(), wait_s)
 
     def worker_pids(self) -> list[int]:
         """The pids of the workers that have started (each writes its own when it starts)."""
@@ -239,26 +245,7 @@ class LoaderStep(BatchStep):
         iterator, self.iterator = self.iterator, None
         if iterator is None:
             return
-        processes = [w for w in getattr(iterator, "_workers", ())]
-        # DataLoader has no public shutdown: its iterator's own (what its __del__ calls) stops and joins the
-        # workers, terminating any that does not stop in time.
-        shutdown = getattr(iterator, "_shutdown_workers", None)
-        if shutdown is not None:
-            with sigchld_held():
-                try:
-                    shutdown()
-                except RuntimeError as error:
-                    # After a worker died, DataLoader's SIGCHLD handler reports it again when another worker
-                    # exits while being joined (outside the main thread it cannot be held off); the batch that
-                    # failed has raised that error already.
-                    if not str(error).startswith("DataLoader worker"):
-                        raise
-        del iterator
-        for process in processes:
-            process.join(timeout=10)
-            if process.is_alive():
-                process.kill()
-                process.join(timeout=10)
+        shut_down(iterator)
 
 
 class FloorStep(BatchStep):

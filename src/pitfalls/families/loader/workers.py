@@ -187,6 +187,73 @@ def sigchld_held() -> Iterator[None]:
         signal.signal(signal.SIGCHLD, previous)
 
 
+_JOIN_S = 10.0
+
+# Each report is one SIGCHLD that arrived before DataLoader's handler was held off, at most one per worker; more
+# than this many in a row is a loop, not a death.
+HANDLER_REPORTS = 8
+
+
+def shut_down(iterator: Iterator[Any] | None) -> None:
+    """Stop a DataLoader iterator's workers and wait until each has exited, killing any that does not stop.
+
+    Args:
+        iterator: what ``iter(loader)`` returned; None or one without workers is a no-op.
+    """
+    if iterator is None:
+        return
+    processes = list(getattr(iterator, "_workers", ()))
+    # DataLoader has no public shutdown: its iterator's own (what its __del__ calls) stops and joins the workers,
+    # terminating any that does not stop in time.
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is not None:
+        with sigchld_held():
+            try:
+                shutdown()
+            except RuntimeError as error:
+                # After a worker died, DataLoader's SIGCHLD handler reports it again when another worker exits
+                # while being joined (outside the main thread it cannot be held off); the batch that failed has
+                # raised that error already.
+                if not is_handler_report(error):
+                    raise
+    for process in processes:
+        process.join(timeout=_JOIN_S)
+        if process.is_alive():
+            process.kill()
+            process.join(timeout=_JOIN_S)
+
+
+def exited(pids: list[int], wait_s: float = 0.0) -> list[int]:
+    """The processes among ``pids`` that have exited (or are zombies), looking again for up to ``wait_s`` seconds
+    while there is none.
+
+    Args:
+        pids: the worker processes to look at.
+        wait_s: how long to keep looking; a broken connection can reach the main process a moment before the
+            kernel shows its worker dead.
+
+    Returns:
+        The pids that are gone, in the order given.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        dead = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                    dead.append(pid)
+            except psutil.NoSuchProcess:
+                dead.append(pid)
+        if dead or time.monotonic() >= deadline:
+            return dead
+        time.sleep(0.05)
+
+
+def is_handler_report(error: BaseException) -> bool:
+    """Whether ``error`` is DataLoader's own report of a dead worker (its SIGCHLD handler's or its iterator's)."""
+    return isinstance(error, RuntimeError) and str(error).startswith("DataLoader worker")
+
+
 class WorkerDied(RuntimeError):
     """A DataLoader worker died while the loader ran; the message names its pid and the error it caused."""
 
