@@ -9,15 +9,12 @@ from typing import Any
 import torch
 
 from pitfalls.devices import synchronize
-from pitfalls.families.loader.workers import exited, is_handler_report
+from pitfalls.families.loader.workers import BROKEN_CONNECTION_S, exited, is_handler_report
 from pitfalls.scan_loader.rebuild import worker_pids
 from pitfalls.scan_loader.target import Step
 from pitfalls.targets import ScannedCodeError, call_scanned
 
 __all__ = ["Delivery", "WorkerDied", "theirs", "to_device"]
-
-
-_DEATH_WAIT_S = 2.0
 
 
 class WorkerDied(RuntimeError):
@@ -69,9 +66,7 @@ def theirs(target: str, iterator: Iterator[Any]) -> Iterator[Any]:
                 raise WorkerDied(str(error).splitlines()[0]) from error
             raise ScannedCodeError(target, "loading a batch", error) from error
         except (OSError, EOFError) as error:
-            # A batch whose worker died before the main process fetched its shared memory breaks a connection,
-            # a moment before the kernel shows that worker dead.
-            dead = exited(worker_pids(iterator, live=False), wait_s=_DEATH_WAIT_S)
+            dead = exited(worker_pids(iterator, live=False), wait_s=BROKEN_CONNECTION_S)
             if dead:
                 raise WorkerDied(f"DataLoader worker (pid {', '.join(map(str, dead))}) exited unexpectedly "
                                  f"({type(error).__name__}: {error})") from error

@@ -72,4 +72,4 @@ def rebuild(loader: DataLoader[Any], *, workers: int, pin_memory: bool = False, 
 def worker_pids(iterator: Iterator[Any], *, live: bool = True) -> list[int]:
     """The pids of a DataLoader iterator's workers (none without workers): the live ones, or with ``live=False``
     every one started."""
-    return [int(w.pid) for w in getattr(iterator, "_workers", ()) if w.pid is not None and (w.is_alive() or not live)]
+    return [int(w.pid) for w in getattr(iterator, "_workers", ()) if w.pid is not None and (not live or w.is_alive())]

@@ -19,6 +19,7 @@ from pitfalls.families.loader.sizes import estimate
 from pitfalls.families.loader.stepcost import planted_cost
 from pitfalls.families.loader.variants import DEVICE_NORMALIZED, FILE_VARIANTS, JPEG_VARIANTS, RAM_VARIANTS
 from pitfalls.families.loader.workers import (
+    BROKEN_CONNECTION_S,
     HANDLER_REPORTS,
     CountingCollate,
     CyclingSampler,
@@ -205,8 +206,7 @@ class LoaderStep(BatchStep):
         try:
             return work()
         except (RuntimeError, OSError, EOFError) as error:
-            # A broken connection can reach the main process a moment before the kernel shows its worker dead.
-            dead = self.close_if_dead(wait_s=0.0 if isinstance(error, RuntimeError) else 2.0)
+            dead = self.close_if_dead(wait_s=0.0 if isinstance(error, RuntimeError) else BROKEN_CONNECTION_S)
             if not dead:
                 raise
             raise WorkerDied(f"DataLoader worker (pid {', '.join(map(str, dead))}) of {self.variant} died while "

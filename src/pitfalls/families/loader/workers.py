@@ -189,6 +189,10 @@ def sigchld_held() -> Iterator[None]:
 
 _JOIN_S = 10.0
 
+# A broken connection (a batch whose worker died before the main process fetched its shared memory) can reach
+# the main process a moment before the kernel shows that worker dead: how long to keep looking for it.
+BROKEN_CONNECTION_S = 2.0
+
 # Each report is one SIGCHLD that arrived before DataLoader's handler was held off, at most one per worker; more
 # than this many in a row is a loop, not a death.
 HANDLER_REPORTS = 8
@@ -229,8 +233,7 @@ def exited(pids: list[int], wait_s: float = 0.0) -> list[int]:
 
     Args:
         pids: the worker processes to look at.
-        wait_s: how long to keep looking; a broken connection can reach the main process a moment before the
-            kernel shows its worker dead.
+        wait_s: how long to keep looking (`BROKEN_CONNECTION_S` after a broken connection).
 
     Returns:
         The pids that are gone, in the order given.
