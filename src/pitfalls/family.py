@@ -231,6 +231,8 @@ class Family:
             ``pitfalls probe``; its asv module benchmarks the same figures.
         calibrations: the known-answer checks of the family's own instruments (`pitfalls.calibration.Check`),
             run by ``pitfalls calibrate`` beside the shared ones; a figure no check names reads "uncalibrated".
+        benchmark_figures: asv method name (``track_...``) -> the name ``own_figures`` gives the figure it
+            publishes, for the methods that publish one a check calibrates: the report marks them calibrated.
     """
 
     name: str
@@ -250,6 +252,7 @@ class Family:
     floor: bool = True
     own_figures: Callable[[Case], list[OwnFigure]] | None = field(default=None, repr=False)
     calibrations: tuple[Check, ...] = field(default=(), repr=False)
+    benchmark_figures: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from pitfalls.calibration.published import ERROR_METHOD
 from pitfalls.calibration.table import (
@@ -47,12 +47,20 @@ _BY_NAME = {
 
 
 def instrument_of(family: str, figure: str) -> str:
-    """The instrument key of a figure: a shared one by its probe or asv name, else the family's own."""
+    """The instrument key of a figure: a shared one by its probe or asv name, else the family's own (an asv
+    method by the name of the figure it publishes, `pitfalls.family.Family.benchmark_figures`)."""
     if figure.startswith("speedup over"):
         return SPEEDUP
     if figure.startswith(("time_", "peakmem_")):
         return _BY_NAME[figure.split("_", 1)[0]]
-    return _BY_NAME.get(figure, own_instrument(family, figure))
+    return _BY_NAME.get(figure, own_instrument(family, _published(family).get(figure, figure)))
+
+
+def _published(family: str) -> Mapping[str, str]:
+    """A registered family's asv methods by the figure each publishes; none for a name no family has."""
+    from pitfalls import registry  # the families import the calibration tables
+
+    return registry.family(family).benchmark_figures if family in registry.family_names() else {}
 
 
 def uncalibrated(family: str, figures: Iterable[str], checks: Iterable[Check]) -> list[str]:

@@ -62,7 +62,7 @@ from torch import Tensor
 
 from pitfalls.devices import CPU_DEVICE_THREADS, fits
 from pitfalls.families.loss import estimate_train_step_bytes
-from pitfalls.families.parallel_calibration import CHECKS
+from pitfalls.families.parallel_calibration import CHECKS, SAMPLES_PER_SECOND_FIGURE, STEP_TIME_FIGURE
 from pitfalls.families.parallel_launch import DdpGroup, RankFailed
 from pitfalls.families.parallel_step import (
     DATA_PARALLEL,
@@ -470,8 +470,9 @@ def own_figures(case: Case) -> list[OwnFigure]:
     """The family's own figures of a built case, for ``pitfalls probe`` (bench_parallel.Ranks has the same)."""
     figures = measure_figures(case)
     return [
-        ("step time", _ms(figures.step_s), "ms", f"the slowest process's median of {FIGURE_STEPS} steps timed in it"),
-        ("samples per second", figures.samples_per_s, "samples/s", "the global batch over the step time"),
+        (STEP_TIME_FIGURE, _ms(figures.step_s), "ms",
+         f"the slowest process's median of {FIGURE_STEPS} steps timed in it"),
+        (SAMPLES_PER_SECOND_FIGURE, figures.samples_per_s, "samples/s", "the global batch over the step time"),
         ("peak memory, rank 0", _mib(figures.rank0_memory()), "MiB",
          "CUDA max allocated on a GPU; USS at the end of the forward on the CPU"),
         ("peak memory, other ranks", _mib(figures.others_memory()), "MiB", "their mean"),
@@ -524,4 +525,5 @@ FAMILY = Family(
     floor=False,
     own_figures=own_figures,
     calibrations=CHECKS,
+    benchmark_figures={"track_step_time": STEP_TIME_FIGURE, "track_samples_per_second": SAMPLES_PER_SECOND_FIGURE},
 )

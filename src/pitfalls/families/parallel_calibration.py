@@ -14,14 +14,18 @@ from pitfalls.families.parallel_step import StepConfig
 from pitfalls.probes.result import Unavailable
 from pitfalls.probes.timing import blocked_speedup
 
-__all__ = ["CHECKS", "SLEEPS_MS", "rank_sleep_reading", "self_speedup_reading"]
+__all__ = ["CHECKS", "SAMPLES_PER_SECOND_FIGURE", "SLEEPS_MS", "STEP_TIME_FIGURE", "rank_sleep_reading",
+           "self_speedup_reading"]
 
 # Rank r sleeps SLEEPS_MS[r] per step: the step must read the largest, not rank 0's.
 SLEEPS_MS = (20.0, 60.0)
 STEPS = 10
 BLOCKS = 5
-STEP_TIME = own_instrument("parallel", "step time")
-SAMPLES_PER_SECOND = own_instrument("parallel", "samples per second")
+# The names `parallel.own_figures` gives the figures these checks read.
+STEP_TIME_FIGURE = "step time"
+SAMPLES_PER_SECOND_FIGURE = "samples per second"
+STEP_TIME = own_instrument("parallel", STEP_TIME_FIGURE)
+SAMPLES_PER_SECOND = own_instrument("parallel", SAMPLES_PER_SECOND_FIGURE)
 
 
 def _group(sleeps_ms: tuple[float, ...]) -> DdpGroup:

@@ -107,8 +107,17 @@ from pitfalls.families.loader.workers import (
 )
 from pitfalls.family import FLOOR
 
-FAMILY = dataclasses.replace(ENTRY, own_figures=probes.own_figures,
-                             calibrations=(*timing_checks.CHECKS, *memory_checks.CHECKS))
+FAMILY = dataclasses.replace(
+    ENTRY, own_figures=probes.own_figures, calibrations=(*timing_checks.CHECKS, *memory_checks.CHECKS),
+    benchmark_figures={
+        "track_samples_per_second": probes.SAMPLES_PER_SECOND,
+        "track_wait_share": probes.WAIT_SHARE,
+        "track_pss": probes.PEAK_PSS,
+        "track_uss": probes.PEAK_USS,
+        "track_copied_per_item": probes.COPIED_PER_ITEM,
+        "track_worker_growth": memory_checks.METADATA_GROWTH,
+    },
+)
 
 __all__ = [
     "COMPARED_BATCHES", "DEVICE_NORMALIZED", "FAMILY", "FLOOR", "JPEG_MEAN_ABS_TOLERANCE", "MEAN",

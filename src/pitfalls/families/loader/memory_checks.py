@@ -24,7 +24,7 @@ from pitfalls.calibration.table import Check, Reading, own_instrument
 from pitfalls.families.loader import metadata
 from pitfalls.families.loader.entry import ENTRY
 from pitfalls.families.loader.memory import group_peak
-from pitfalls.families.loader.probes import copy_on_write_of
+from pitfalls.families.loader.probes import COPIED_PER_ITEM, PEAK_PSS, PEAK_USS, copy_on_write_of
 from pitfalls.families.loader.steps import LoaderStep
 from pitfalls.probes.group_memory import GroupMemory
 from pitfalls.probes.result import Unavailable
@@ -40,10 +40,7 @@ PAGES_PER_ITEM = 64
 COPY_ITEMS = 128
 SIZE = 8
 
-# The figures' names, as `probes.own_figures` gives them (and the metadata benchmark's).
-PEAK_PSS = "peak PSS, main + workers"
-PEAK_USS = "peak USS, main + workers"
-COPIED_PER_ITEM = "copied per item read (copy-on-write)"
+# The metadata benchmark's figure (the others are `probes.own_figures`' names).
 METADATA_GROWTH = "metadata: worker growth over an epoch"
 
 

@@ -330,6 +330,15 @@ def _or_reason(measure: Callable[[], Any]) -> Any:
         return Unavailable(skip.reason)
 
 
+# The names `own_figures` gives the figures the loader's calibration checks read (and the asv methods that publish
+# them, `pitfalls.family.Family.benchmark_figures`).
+SAMPLES_PER_SECOND = "samples per second"
+WAIT_SHARE = "wait share in next()"
+PEAK_PSS = "peak PSS, main + workers"
+PEAK_USS = "peak USS, main + workers"
+COPIED_PER_ITEM = "copied per item read (copy-on-write)"
+
+
 def own_figures(case: Any) -> list[tuple[str, Any, str, str]]:
     """The loader family's own figures of one case, for ``pitfalls probe`` (bench_loader.py has each as a class)."""
     variant, device, sizes = case.variant, str(case.device), dict(case.params)
@@ -346,9 +355,9 @@ def own_figures(case: Any) -> list[tuple[str, Any, str, str]]:
     formulas = part(flight, lambda f: f"DataLoader's workers x prefetch_factor x batch = {f.prefetch_bytes / MIB:.1f} "
                                       f"MiB; the article's workers x batch = {f.article_bytes / MIB:.1f} MiB")
     return [
-        ("samples per second", run.samples_per_second, "samples/s",
+        (SAMPLES_PER_SECOND, run.samples_per_second, "samples/s",
          "loading, copy to the device, normalize and the model step, synchronized"),
-        ("wait share in next()", judged.wait_share, "share", judged.describe()),
+        (WAIT_SHARE, judged.wait_share, "share", judged.describe()),
         ("starves the device below", part(judged.starves_below_s, lambda s: s * 1e3), "ms",
          f"the step cost (model_ms={sizes.get('model_ms')} adds to the model step) below which the wait share "
          f"exceeds {judged.threshold:.0%}"),
@@ -359,12 +368,12 @@ def own_figures(case: Any) -> list[tuple[str, Any, str, str]]:
          "the next epoch's first batch: new workers"),
         ("epoch start, persistent_workers on", part(starts, lambda e: e.persistent), "s",
          "the next epoch's first batch: the same workers"),
-        ("peak PSS, main + workers", part(memory, lambda m: m.peak_pss / MIB), "MiB", "a shared page counted once"),
-        ("peak USS, main + workers", part(memory, lambda m: m.peak_uss / MIB), "MiB", "pages private to one process"),
+        (PEAK_PSS, part(memory, lambda m: m.peak_pss / MIB), "MiB", "a shared page counted once"),
+        (PEAK_USS, part(memory, lambda m: m.peak_uss / MIB), "MiB", "pages private to one process"),
         ("batches in flight", part(flight, lambda f: f.batches), "batches", "made ahead of the consumer, at rest"),
         ("bytes in flight", part(flight, lambda f: part(f.measured_bytes, lambda b: b / MIB)), "MiB",
          formulas if isinstance(formulas, str) else ""),
-        ("copied per item read (copy-on-write)", part(growth, lambda g: part(g.per_item, lambda b: b / 1024)),
+        (COPIED_PER_ITEM, part(growth, lambda g: part(g.per_item, lambda b: b / 1024)),
          "KiB/item",
          f"storage={sizes.get('storage')}: worker USS growth over an epoch"),
     ]

@@ -32,8 +32,8 @@ from pitfalls.families.loader.entry import ENTRY, NAME
 from pitfalls.families.loader.steps import BatchStep, make_step
 from pitfalls.probes.timing import BLOCKED_SECONDS, blocked_speedup
 
-SAMPLES_PER_SECOND = own_instrument(NAME, "samples per second")
-WAIT_SHARE = own_instrument(NAME, "wait share in next()")
+SAMPLES_PER_SECOND = own_instrument(NAME, probes.SAMPLES_PER_SECOND)
+WAIT_SHARE = own_instrument(NAME, probes.WAIT_SHARE)
 BATCH = 4
 ITEMS = 64
 PIXELS = 8
