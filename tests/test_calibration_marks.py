@@ -50,7 +50,8 @@ def test_the_report_marks_a_calibrated_family_figure_calibrated_and_its_neighbou
     benchmarks = {("parallel", "bench_parallel.Step.track_step_time"),
                   ("parallel", "bench_parallel.Ranks.track_samples_per_second"),
                   ("parallel", "bench_parallel.Ranks.track_exposed_communication"),
+                  ("parallel", "bench_parallel.Ranks.track_communication"),
                   ("loader", "bench_loader.Memory.track_uss"),
                   ("loader", "bench_loader.InFlight.track_batches_in_flight")}
     assert uncalibrated_benchmarks(benchmarks, all_checks()) == [
-        "bench_loader.InFlight.track_batches_in_flight", "bench_parallel.Ranks.track_exposed_communication"]
+        "bench_loader.InFlight.track_batches_in_flight", "bench_parallel.Ranks.track_communication"]

@@ -341,11 +341,11 @@ def test_the_shard_check_sees_a_rank_on_the_whole_batch_and_a_skipped_shard():
     ("""
         from pitfalls.families import parallel_step
         real = parallel_step.make_trainer
-        def make_trainer(variant, device, config, *, rank=0):
+        def make_trainer(variant, device, config, *, rank=0, **options):
             whole = parallel_step.StepConfig(world_size=1, batch=config.global_batch, image_size=config.image_size,
                                              dtype=config.dtype)
             trainer = real(parallel_step.SINGLE, device, whole)
-            ddp = real(variant, device, config, rank=rank)
+            ddp = real(variant, device, config, rank=rank, **options)
             ddp.images, ddp.labels, ddp.shard = trainer.images, trainer.labels, trainer.shard
             return ddp
         parallel_step.make_trainer = make_trainer
@@ -354,7 +354,9 @@ def test_the_shard_check_sees_a_rank_on_the_whole_batch_and_a_skipped_shard():
     ("""
         from pitfalls.families import parallel_step
         real = parallel_step.make_trainer
-        parallel_step.make_trainer = lambda variant, device, config, rank=0: real(variant, device, config, rank=0)
+        def make_trainer(variant, device, config, *, rank=0, **options):
+            return real(variant, device, config, rank=0, **options)
+        parallel_step.make_trainer = make_trainer
      """, "trained on by no rank"),
 ])
 def test_the_gate_fails_a_rank_on_the_whole_batch_and_one_that_skips_a_shard(tmp_path, monkeypatch, fault, want,
@@ -706,3 +708,12 @@ def test_two_nodes_each_with_its_own_torchrun_write_their_ranks_and_one_summary(
     assert summary["samples_per_s"] == pytest.approx(4 / summary["step_s"])
     for rank in summary["ranks"]:
         assert rank["peak_bytes"] > 0 and rank["communication_s"] > 0 and rank["gpu_busy_pct"] == "no CUDA device"
+
+
+def test_the_rank_module_refuses_a_negative_planted_wait_on_one_line(capsys) -> None:
+    from pitfalls.families import parallel_rank
+
+    with pytest.raises(SystemExit) as stopped:
+        parallel_rank.parse_args(["--out", "unused", "--plant-comm-ms", "-5"])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith("--plant-comm-ms=-5 is not allowed; it must be >= 0")

@@ -1,12 +1,15 @@
-"""Known answers for the parallel family's step time: rank groups whose ranks sleep planted times per step.
+"""Known answers for the parallel family's step time and exposed communication, planted as sleeps in rank groups.
 
 They run through the family's own path (`parallel_launch.DdpGroup.block`: the rank module's ``time`` command,
 `pitfalls.distributed.time_steps` in each rank after a barrier, `pitfalls.distributed.step_seconds` over the
-ranks), with the training step replaced by a sleep (``--plant-sleep-ms``). Sleeps, so that the 2 cores shared
-with other work do not decide the answer.
+ranks), with the training step replaced by a sleep (``--plant-sleep-ms``), or a real DDP step whose all-reduce
+waits a planted time first (``--plant-comm-ms``, `DdpGroup.exposed_communication`). Sleeps, so that the 2 cores
+shared with other work do not decide the answer.
 """
 
 from __future__ import annotations
+
+import statistics
 
 from pitfalls.calibration.table import CPU, SPEEDUP, Check, Reading, own_instrument
 from pitfalls.families.parallel_launch import DdpGroup
@@ -14,23 +17,35 @@ from pitfalls.families.parallel_step import StepConfig
 from pitfalls.probes.result import Unavailable
 from pitfalls.probes.timing import blocked_speedup
 
-__all__ = ["CHECKS", "SAMPLES_PER_SECOND_FIGURE", "SLEEPS_MS", "STEP_TIME_FIGURE", "rank_sleep_reading",
-           "self_speedup_reading"]
+__all__ = ["CHECKS", "COMM_DELAY_MS", "EXPOSED_FIGURE", "SAMPLES_PER_SECOND_FIGURE", "SLEEPS_MS", "STEP_TIME_FIGURE",
+           "exposed_delay_reading", "rank_sleep_reading", "self_speedup_reading"]
 
 # Rank r sleeps SLEEPS_MS[r] per step: the step must read the largest, not rank 0's.
 SLEEPS_MS = (20.0, 60.0)
 STEPS = 10
 BLOCKS = 5
+# Each all-reduce of a 2-rank segnet group (one bucket) waits this long first: large against the spread of a real
+# step's exposed time between blocks (up to 12 ms here). At 60 ms it read 3-8 % high (a few ms more than the
+# wait, not proportional to it); at 120 ms, within 1.5 %.
+COMM_DELAY_MS = 120.0
+COMM_PAIRS = 5
 # The names `parallel.own_figures` gives the figures these checks read.
 STEP_TIME_FIGURE = "step time"
 SAMPLES_PER_SECOND_FIGURE = "samples per second"
+EXPOSED_FIGURE = "exposed communication per step"
 STEP_TIME = own_instrument("parallel", STEP_TIME_FIGURE)
 SAMPLES_PER_SECOND = own_instrument("parallel", SAMPLES_PER_SECOND_FIGURE)
+EXPOSED = own_instrument("parallel", EXPOSED_FIGURE)
 
 
 def _group(sleeps_ms: tuple[float, ...]) -> DdpGroup:
     config = StepConfig(world_size=len(sleeps_ms), batch=1, image_size=4)
     return DdpGroup(config, "cpu", extra=["--plant-sleep-ms", *map(repr, sleeps_ms)])
+
+
+def _training_group(comm_delay_ms: float) -> DdpGroup:
+    return DdpGroup(StepConfig(world_size=2, batch=1, image_size=4), "cpu",
+                    extra=["--plant-comm-ms", repr(comm_delay_ms)])
 
 
 def rank_sleep_reading(device: str) -> Reading:
@@ -59,6 +74,24 @@ def self_speedup_reading(device: str) -> Reading:
     return Reading(1.0, result.ratio, f"{result.rounds} block pairs of {STEPS} steps")
 
 
+def exposed_delay_reading(device: str) -> Reading:
+    """Two DDP groups, one whose all-reduce waits ``COMM_DELAY_MS`` first: its exposed communication (ms) must read
+    that much more than the other's, which runs the same hook without the wait (the median of ``COMM_PAIRS``
+    pairs, the groups' blocks alternated)."""
+    if device != CPU:
+        return Reading(COMM_DELAY_MS, Unavailable("the planted ranks are gloo ranks on the CPU"))
+    delayed, plain = _training_group(COMM_DELAY_MS), _training_group(0.0)
+    try:
+        grown = [delayed.exposed_communication(STEPS) - plain.exposed_communication(STEPS)
+                 for _ in range(COMM_PAIRS)]
+    finally:
+        delayed.close()
+        plain.close()
+    return Reading(COMM_DELAY_MS, statistics.median(grown) * 1e3,
+                   f"2 ranks, one bucket: the median of {COMM_PAIRS} pairs of {STEPS}-step blocks, less the same "
+                   "group's without the wait")
+
+
 CHECKS = (
     Check("parallel: step of ranks sleeping 20 and 60 ms", (STEP_TIME, SAMPLES_PER_SECOND), "ms", 0.10,
           rank_sleep_reading, family="parallel",
@@ -66,4 +99,7 @@ CHECKS = (
     Check("parallel: a rank group against itself", (SPEEDUP,), "x", 0.05,
           self_speedup_reading, family="parallel",
           why="two groups of sleeping ranks in separate processes; 5 % is the issue's bar"),
+    Check(f"parallel: all-reduce delayed {COMM_DELAY_MS:g} ms per step", (EXPOSED,), "ms", 0.10,
+          exposed_delay_reading, family="parallel",
+          why="a real step beside the planted wait: read within 1.5 % here; 10 % leaves room for a loaded machine"),
 )

@@ -365,7 +365,26 @@ class _LossInside(nn.Module):
         return self.loss(self.net(images), labels).reshape(1)
 
 
-def make_trainer(variant: str, device: torch.device, config: StepConfig, *, rank: int = 0) -> Trainer:
+def delayed_allreduce(seconds: float) -> Callable[[Any, Any], torch.futures.Future[Tensor]]:
+    """A DDP communication hook that waits ``seconds`` before each bucket's all-reduce (DDP's own average).
+
+    A known answer for exposed communication: the wait blocks the backward that reached the bucket, so with one
+    bucket (segnet) each step grows by ``seconds``, and the same step under ``no_sync()`` calls no hook.
+    """
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    def hook(state: Any, bucket: Any) -> torch.futures.Future[Tensor]:
+        time.sleep(seconds)
+        return allreduce_hook(state, bucket)
+
+    # DDP checks the annotations against the objects themselves; this module's are strings (postponed).
+    hook.__annotations__ = {"state": Any, "bucket": torch.distributed.GradBucket,
+                            "return": torch.futures.Future[Tensor]}
+    return hook
+
+
+def make_trainer(variant: str, device: torch.device, config: StepConfig, *, rank: int = 0,
+                 comm_delay_s: float | None = None) -> Trainer:
     """Build one process's part of a variant's step.
 
     Args:
@@ -375,6 +394,8 @@ def make_trainer(variant: str, device: torch.device, config: StepConfig, *, rank
             the GPUs with CUDA_VISIBLE_DEVICES), as each DDP rank r runs on its node's cuda:r.
         config: the step.
         rank: the DDP rank, which picks this rank's share of the global batch.
+        comm_delay_s: calibration (ddp): each bucket's all-reduce waits this long first (`delayed_allreduce`);
+            None: DDP's own all-reduce, no hook.
 
     Returns:
         The `Trainer`.
@@ -393,6 +414,8 @@ def make_trainer(variant: str, device: torch.device, config: StepConfig, *, rank
         return Trainer(net, lambda x, y: loss(net(x), y), images, labels, (device,), config, communicates=False)
     if variant == DDP:
         wrapped = nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
+        if comm_delay_s is not None:
+            wrapped.register_comm_hook(None, delayed_allreduce(comm_delay_s))
         return Trainer(net, lambda x, y: loss(wrapped(x), y), images, labels, (device,), config, rank=rank,
                        first=first, no_sync=wrapped.no_sync)
     ids = [d.index for d in devices]
