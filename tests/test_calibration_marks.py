@@ -51,7 +51,8 @@ def test_the_report_marks_a_calibrated_family_figure_calibrated_and_its_neighbou
                   ("parallel", "bench_parallel.Ranks.track_samples_per_second"),
                   ("parallel", "bench_parallel.Ranks.track_exposed_communication"),
                   ("parallel", "bench_parallel.Ranks.track_communication"),
+                  ("parallel", "bench_parallel.Ranks.track_memory_imbalance"),
                   ("loader", "bench_loader.Memory.track_uss"),
                   ("loader", "bench_loader.InFlight.track_batches_in_flight")}
     assert uncalibrated_benchmarks(benchmarks, all_checks()) == [
-        "bench_loader.InFlight.track_batches_in_flight", "bench_parallel.Ranks.track_communication"]
+        "bench_loader.InFlight.track_batches_in_flight", "bench_parallel.Ranks.track_memory_imbalance"]

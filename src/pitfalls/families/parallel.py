@@ -62,7 +62,13 @@ from torch import Tensor
 
 from pitfalls.devices import CPU_DEVICE_THREADS, fits
 from pitfalls.families.loss import estimate_train_step_bytes
-from pitfalls.families.parallel_calibration import CHECKS, EXPOSED_FIGURE, SAMPLES_PER_SECOND_FIGURE, STEP_TIME_FIGURE
+from pitfalls.families.parallel_calibration import (
+    CHECKS,
+    EXPOSED_FIGURE,
+    IN_FLIGHT_FIGURE,
+    SAMPLES_PER_SECOND_FIGURE,
+    STEP_TIME_FIGURE,
+)
 from pitfalls.families.parallel_launch import DdpGroup, RankFailed
 from pitfalls.families.parallel_step import (
     DATA_PARALLEL,
@@ -478,7 +484,7 @@ def own_figures(case: Case) -> list[OwnFigure]:
         ("peak memory, other ranks", _mib(figures.others_memory()), "MiB", "their mean"),
         ("memory imbalance", figures.memory_imbalance(), "x",
          "rank 0 over the others (DataParallel: GPU 0 holds more)"),
-        ("communication in flight per step", figures.communication_s, "s",
+        (IN_FLIGHT_FIGURE, figures.communication_s, "s",
          "profiled; averaged over the processes; includes waiting for a peer and what overlaps the backward"),
         (EXPOSED_FIGURE, figures.exposed_communication_s, "s",
          "step time minus the same step's under no_sync(): what communication costs"),
@@ -526,5 +532,5 @@ FAMILY = Family(
     own_figures=own_figures,
     calibrations=CHECKS,
     benchmark_figures={"track_step_time": STEP_TIME_FIGURE, "track_samples_per_second": SAMPLES_PER_SECOND_FIGURE,
-                       "track_exposed_communication": EXPOSED_FIGURE},
+                       "track_exposed_communication": EXPOSED_FIGURE, "track_communication": IN_FLIGHT_FIGURE},
 )

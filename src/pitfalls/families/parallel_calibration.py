@@ -3,8 +3,8 @@
 They run through the family's own path (`parallel_launch.DdpGroup.block`: the rank module's ``time`` command,
 `pitfalls.distributed.time_steps` in each rank after a barrier, `pitfalls.distributed.step_seconds` over the
 ranks), with the training step replaced by a sleep (``--plant-sleep-ms``), or a real DDP step whose all-reduce
-waits a planted time first (``--plant-comm-ms``, `DdpGroup.exposed_communication`). Sleeps, so that the 2 cores
-shared with other work do not decide the answer.
+waits a planted time first in every rank or in one (``--plant-comm-ms``, `DdpGroup.exposed_communication` and
+`DdpGroup.communication`). Sleeps, so that the 2 cores shared with other work do not decide the answer.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from pitfalls.families.parallel_step import StepConfig
 from pitfalls.probes.result import Unavailable
 from pitfalls.probes.timing import blocked_speedup
 
-__all__ = ["CHECKS", "COMM_DELAY_MS", "EXPOSED_FIGURE", "SAMPLES_PER_SECOND_FIGURE", "SLEEPS_MS", "STEP_TIME_FIGURE",
-           "exposed_delay_reading", "rank_sleep_reading", "self_speedup_reading"]
+__all__ = ["CHECKS", "COMM_DELAY_MS", "EXPOSED_FIGURE", "IN_FLIGHT_FIGURE", "SAMPLES_PER_SECOND_FIGURE", "SLEEPS_MS",
+           "STEP_TIME_FIGURE", "exposed_delay_reading", "in_flight_reading", "rank_sleep_reading",
+           "self_speedup_reading"]
 
 # Rank r sleeps SLEEPS_MS[r] per step: the step must read the largest, not rank 0's.
 SLEEPS_MS = (20.0, 60.0)
@@ -33,9 +34,11 @@ COMM_PAIRS = 5
 STEP_TIME_FIGURE = "step time"
 SAMPLES_PER_SECOND_FIGURE = "samples per second"
 EXPOSED_FIGURE = "exposed communication per step"
+IN_FLIGHT_FIGURE = "communication in flight per step"
 STEP_TIME = own_instrument("parallel", STEP_TIME_FIGURE)
 SAMPLES_PER_SECOND = own_instrument("parallel", SAMPLES_PER_SECOND_FIGURE)
 EXPOSED = own_instrument("parallel", EXPOSED_FIGURE)
+IN_FLIGHT = own_instrument("parallel", IN_FLIGHT_FIGURE)
 
 
 def _group(sleeps_ms: tuple[float, ...]) -> DdpGroup:
@@ -43,9 +46,10 @@ def _group(sleeps_ms: tuple[float, ...]) -> DdpGroup:
     return DdpGroup(config, "cpu", extra=["--plant-sleep-ms", *map(repr, sleeps_ms)])
 
 
-def _training_group(comm_delay_ms: float) -> DdpGroup:
+def _training_group(comm_delays_ms: tuple[float, float]) -> DdpGroup:
+    """Two ranks of the real segnet step (one bucket); rank r's all-reduce waits ``comm_delays_ms[r]`` first."""
     return DdpGroup(StepConfig(world_size=2, batch=1, image_size=4), "cpu",
-                    extra=["--plant-comm-ms", repr(comm_delay_ms)])
+                    extra=["--plant-comm-ms", *map(repr, comm_delays_ms)])
 
 
 def rank_sleep_reading(device: str) -> Reading:
@@ -80,7 +84,7 @@ def exposed_delay_reading(device: str) -> Reading:
     pairs, the groups' blocks alternated)."""
     if device != CPU:
         return Reading(COMM_DELAY_MS, Unavailable("the planted ranks are gloo ranks on the CPU"))
-    delayed, plain = _training_group(COMM_DELAY_MS), _training_group(0.0)
+    delayed, plain = _training_group((COMM_DELAY_MS, COMM_DELAY_MS)), _training_group((0.0, 0.0))
     try:
         grown = [delayed.exposed_communication(STEPS) - plain.exposed_communication(STEPS)
                  for _ in range(COMM_PAIRS)]
@@ -90,6 +94,29 @@ def exposed_delay_reading(device: str) -> Reading:
     return Reading(COMM_DELAY_MS, statistics.median(grown) * 1e3,
                    f"2 ranks, one bucket: the median of {COMM_PAIRS} pairs of {STEPS}-step blocks, less the same "
                    "group's without the wait")
+
+
+def in_flight_reading(device: str) -> Reading:
+    """Rank 1's all-reduce waits ``COMM_DELAY_MS`` first, rank 0's does not: rank 0's collective is in flight while
+    it waits for its peer, so the figure (the mean over the ranks, ms) must read ``COMM_DELAY_MS / 2`` more than
+    the same group's without the wait (the median of ``COMM_PAIRS`` pairs of profiled steps)."""
+    planted = COMM_DELAY_MS / 2
+    if device != CPU:
+        return Reading(planted, Unavailable("the planted ranks are gloo ranks on the CPU"))
+    late, plain = _training_group((0.0, COMM_DELAY_MS)), _training_group((0.0, 0.0))
+    try:
+        grown = []
+        for _ in range(COMM_PAIRS):
+            pair = late.communication(), plain.communication()
+            if isinstance(pair[0], Unavailable) or isinstance(pair[1], Unavailable):
+                return Reading(planted, pair[0] if isinstance(pair[0], Unavailable) else pair[1])
+            grown.append(pair[0] - pair[1])
+    finally:
+        late.close()
+        plain.close()
+    return Reading(planted, statistics.median(grown) * 1e3,
+                   f"2 ranks, rank 1 late by {COMM_DELAY_MS:g} ms: the median of {COMM_PAIRS} pairs of profiled steps, "
+                   "less the same group's without the wait")
 
 
 CHECKS = (
@@ -102,4 +129,7 @@ CHECKS = (
     Check(f"parallel: all-reduce delayed {COMM_DELAY_MS:g} ms per step", (EXPOSED,), "ms", 0.10,
           exposed_delay_reading, family="parallel",
           why="a real step beside the planted wait: read within 1.5 % here; 10 % leaves room for a loaded machine"),
+    Check(f"parallel: rank 1's all-reduce {COMM_DELAY_MS:g} ms late", (IN_FLIGHT,), "ms", 0.10,
+          in_flight_reading, family="parallel",
+          why="one profiled step per reading: the real all-reduce spreads by a few ms against the planted 60"),
 )

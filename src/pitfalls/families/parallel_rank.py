@@ -60,16 +60,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help=f"seconds a collective may wait for a peer (default {PROCESS_GROUP_TIMEOUT_S:g})")
     parser.add_argument("--plant-sleep-ms", type=float, nargs="+", metavar="MS",
                         help="calibration: each step of rank r sleeps the r-th value instead of training")
-    parser.add_argument("--plant-comm-ms", type=float, metavar="MS",
-                        help="calibration: each gradient bucket's all-reduce, by a Python hook, waits MS ms first")
+    parser.add_argument("--plant-comm-ms", type=float, nargs="+", metavar="MS",
+                        help="calibration: rank r's gradient buckets' all-reduce, by a Python hook, waits the r-th "
+                             "value first (one value: every rank)")
     alone = parser.add_argument_group("standalone (one torchrun per node)")
     alone.add_argument("--steps", type=int, default=20, help="timed steps (default 20)")
     alone.add_argument("--out", type=Path, help="folder for this node's rank files (and rank 0's summary.json)")
     args = parser.parse_args(argv)
     if CONTROL_ENV not in os.environ and args.out is None:
         parser.error("--out is required unless the rank is started by a RankGroup")
-    if args.plant_comm_ms is not None and args.plant_comm_ms < 0:
-        parser.error(f"--plant-comm-ms={args.plant_comm_ms:g} is not allowed; it must be >= 0")
+    for wait in args.plant_comm_ms or ():
+        if wait < 0:
+            parser.error(f"--plant-comm-ms={wait:g} is not allowed; it must be >= 0")
     for name in ("batch", "image_size", "steps", "threads", "world_size"):
         value = getattr(args, name)
         if value is not None and value < 1:
@@ -94,7 +96,10 @@ def init_rank(args: argparse.Namespace) -> Trainer:
                             device_id=device if device.type == "cuda" else None)
     config = StepConfig(world_size=world_size, batch=args.batch, image_size=args.image_size, seed=args.seed,
                         lr=args.lr, dtype=args.dtype, model=args.model)
-    delay_s = None if args.plant_comm_ms is None else args.plant_comm_ms / 1e3
+    delays = args.plant_comm_ms
+    if delays is not None and len(delays) not in (1, world_size):
+        raise ValueError(f"--plant-comm-ms has {len(delays)} values; allowed: one, or one per rank ({world_size})")
+    delay_s = None if delays is None else (delays[rank] if len(delays) > 1 else delays[0]) / 1e3
     return make_trainer(DDP, device, config, rank=rank, comm_delay_s=delay_s)
 
 
