@@ -417,28 +417,61 @@ def test_the_handlers_report_on_the_way_into_the_cleanup_is_the_death_being_hand
 
 
 ABRUPT_EXIT = textwrap.dedent("""
-    import os, sys
+    import os, psutil
     from pitfalls import registry
     case = registry.family("loader").build("uint8", image_size=32, batch=4, items=8, num_workers=2, timeout=30)
     case()
-    print(*case.call.worker_pids(), flush=True)
+    # Every worker forked, whether or not it has started serving yet.
+    print(*[child.pid for child in psutil.Process().children()], flush=True)
     os._exit(0)  # as asv's forkserver ends a benchmark process: no atexit, no __del__
 """)
 
 
+def in_session(sid):
+    """The live processes of session ``sid``: a process started with ``start_new_session`` and its descendants,
+    orphans included."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if os.getsid(process.pid) == sid and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process.pid)
+        except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
+            continue
+    return found
+
+
+def where(pids):
+    """What each process is doing, for a failure's message: its status and kernel wait channel."""
+    described = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/wchan", encoding="utf-8") as wchan:
+                described.append(f"{pid} {psutil.Process(pid).status()} in {wchan.read() or '?'}")
+        except (OSError, psutil.NoSuchProcess):
+            described.append(f"{pid} gone")
+    return "; ".join(described)
+
+
 @pytest.mark.slow
-def test_workers_do_not_outlive_a_main_process_that_exits_abruptly(data_cache):
+def test_workers_do_not_outlive_a_main_process_that_exits_abruptly(data_cache, tmp_path):
     # Run in a fresh interpreter, whose OpenCV has its default thread pool: generating the data there and then
-    # forking workers must not deadlock them.
-    done = subprocess.run([sys.executable, "-c", ABRUPT_EXIT], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, CACHE_ENV: str(data_cache / "fresh")})
-    assert done.returncode == 0, done.stderr[-2000:]
-    pids = [int(pid) for pid in done.stdout.split()]
-    assert len(pids) == 2
-    deadline = time.monotonic() + 30  # DataLoader's workers check their parent every 5 s
-    while children_alive(pids) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert children_alive(pids) == []
+    # forking workers must not deadlock them. Its output goes to files, not pipes: a worker that outlived it would
+    # hold a pipe open, and the test would wait on it instead of naming it.
+    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        main = subprocess.Popen([sys.executable, "-c", ABRUPT_EXIT], stdout=stdout, stderr=stderr,
+                                env={**os.environ, CACHE_ENV: str(data_cache / "fresh")}, start_new_session=True)
+    try:
+        assert main.wait(timeout=120) == 0, err.read_text()[-2000:]
+        assert len(out.read_text().split()) == 2  # both workers were there when it exited
+        deadline = time.monotonic() + 30  # DataLoader's workers check their parent every 5 s
+        while in_session(main.pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = in_session(main.pid)
+        assert left == [], f"outlived the main process: {where(left)}"
+    finally:
+        for pid in in_session(main.pid):  # nothing of this test may be left to the tests after it
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.slow

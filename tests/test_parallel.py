@@ -448,12 +448,40 @@ def test_single_times_its_steps_with_the_same_routine(monkeypatch):
 @pytest.mark.serial
 def test_a_rank_group_step_timed_on_rank_0_alone_fails_its_row(monkeypatch, no_process_left):
     # That both rows hold is test_calibrate's (every CPU row of `pitfalls calibrate` passes); here, the fault.
-    [sleep_check, self_check] = parallel_calibration.CHECKS
+    sleep_check, self_check = parallel_calibration.CHECKS[:2]
     # The mutation: a step time taken from rank 0 alone reads rank 0's 20 ms (and its sleep's overshoot), not 60.
     monkeypatch.setattr(parallel_launch, "step_seconds", lambda per_rank: statistics.median(per_rank[0]))
     row = verdict(sleep_check, sleep_check.measure("cpu"))
     assert row.verdict == "fail" and row.measured < 40, row
     assert sleep_check in FAMILY.calibrations and self_check in FAMILY.calibrations
+
+
+def _row_named(start: str):
+    (check,) = [c for c in parallel_calibration.CHECKS if c.name.startswith(start)]
+    assert check in FAMILY.calibrations
+    return check
+
+
+@pytest.mark.serial
+def test_exposed_communication_read_as_time_in_flight_fails_its_row(monkeypatch, no_process_left):
+    # The mutation: the cost read as the profiler's time in flight, which the wait before the all-reduce is not in.
+    check = _row_named("parallel: all-reduce delayed")
+    monkeypatch.setattr(DdpGroup, "exposed_communication", lambda group, units: group.communication())
+    row = verdict(check, check.measure("cpu"))
+    assert row.verdict == "fail" and row.measured < 0.5 * row.planted, row
+
+
+@pytest.mark.serial
+def test_communication_in_flight_read_on_rank_0_alone_fails_its_row(monkeypatch, no_process_left):
+    # The mutation: rank 0's seconds, which hold all of its late peer's 120 ms, instead of the mean over the ranks.
+    check = _row_named("parallel: rank 1's all-reduce")
+
+    def rank_0(group: DdpGroup) -> float:
+        return float(json.loads(group.run("communication")[0])["seconds"])
+
+    monkeypatch.setattr(DdpGroup, "communication", rank_0)
+    row = verdict(check, check.measure("cpu"))
+    assert row.verdict == "fail" and row.measured > 1.5 * row.planted, row
 
 
 # --- the ranks: driven, measured, failing ---------------------------------------------------------------------

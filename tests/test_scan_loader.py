@@ -46,8 +46,16 @@ def planted_rate(workers: int) -> float:
     return pipeline.BATCH / max(load_s / workers, pipeline.step_s())
 
 
-def no_workers_left() -> list[int]:
-    return [p.pid for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+def no_workers_left() -> list[str]:
+    """This process's live descendants, each with its command line: an earlier test's leftover names itself."""
+    left = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE:
+                left.append(f"{child.pid}: {' '.join(child.cmdline())[:300]} (parent {child.ppid()})")
+        except psutil.NoSuchProcess:
+            continue
+    return left
 
 
 @pytest.fixture

@@ -47,8 +47,9 @@ def _group(sleeps_ms: tuple[float, ...]) -> DdpGroup:
 
 
 def _training_group(comm_delays_ms: tuple[float, float]) -> DdpGroup:
-    """Two ranks of the real segnet step (one bucket); rank r's all-reduce waits ``comm_delays_ms[r]`` first."""
-    return DdpGroup(StepConfig(world_size=2, batch=1, image_size=4), "cpu",
+    """Two ranks of the real segnet step (one bucket, about 25 ms a step here); rank r's all-reduce waits
+    ``comm_delays_ms[r]`` first."""
+    return DdpGroup(StepConfig(world_size=2, batch=2, image_size=48), "cpu",
                     extra=["--plant-comm-ms", *map(repr, comm_delays_ms)])
 
 
@@ -81,7 +82,12 @@ def self_speedup_reading(device: str) -> Reading:
 def exposed_delay_reading(device: str) -> Reading:
     """Two DDP groups, one whose all-reduce waits ``COMM_DELAY_MS`` first: its exposed communication (ms) must read
     that much more than the other's, which runs the same hook without the wait (the median of ``COMM_PAIRS``
-    pairs, the groups' blocks alternated)."""
+    pairs, the groups' blocks alternated).
+
+    A difference of two groups: it reads what the figure adds for a known cost (time in flight, which the wait is
+    not in, reads about 0), and cancels what both groups share, so an offset common to both (a figure that kept the
+    ``no_sync()`` step) is not what this row sees.
+    """
     if device != CPU:
         return Reading(COMM_DELAY_MS, Unavailable("the planted ranks are gloo ranks on the CPU"))
     delayed, plain = _training_group((COMM_DELAY_MS, COMM_DELAY_MS)), _training_group((0.0, 0.0))
