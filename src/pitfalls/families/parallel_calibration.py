@@ -1,4 +1,4 @@
-"""Known answers for the parallel family's step time and exposed communication, planted as sleeps in rank groups.
+"""Known answers for the parallel family's step time and communication, planted as sleeps in rank groups.
 
 They run through the family's own path (`parallel_launch.DdpGroup.block`: the rank module's ``time`` command,
 `pitfalls.distributed.time_steps` in each rank after a barrier, `pitfalls.distributed.step_seconds` over the
@@ -10,6 +10,7 @@ waits a planted time first in every rank or in one (``--plant-comm-ms``, `DdpGro
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 
 from pitfalls.calibration.table import CPU, SPEEDUP, Check, Reading, own_instrument
 from pitfalls.families.parallel_launch import DdpGroup
@@ -53,6 +54,26 @@ def _training_group(comm_delays_ms: tuple[float, float]) -> DdpGroup:
                     extra=["--plant-comm-ms", *map(repr, comm_delays_ms)])
 
 
+def _median_growth(delays_ms: tuple[float, float], read: Callable[[DdpGroup], float | Unavailable]
+                   ) -> float | Unavailable:
+    """Milliseconds ``read`` gives a group whose all-reduce waits ``delays_ms`` more than the same group's with no
+    wait: the median of ``COMM_PAIRS`` pairs, the two groups read in turn."""
+    planted, plain = _training_group(delays_ms), _training_group((0.0, 0.0))
+    try:
+        grown = []
+        for _ in range(COMM_PAIRS):
+            first, second = read(planted), read(plain)
+            if isinstance(first, Unavailable):
+                return first
+            if isinstance(second, Unavailable):
+                return second
+            grown.append(first - second)
+    finally:
+        planted.close()
+        plain.close()
+    return statistics.median(grown) * 1e3
+
+
 def rank_sleep_reading(device: str) -> Reading:
     """A group whose rank r sleeps ``SLEEPS_MS[r]`` per step: the step time (ms) must read the largest."""
     planted = max(SLEEPS_MS)
@@ -90,14 +111,8 @@ def exposed_delay_reading(device: str) -> Reading:
     """
     if device != CPU:
         return Reading(COMM_DELAY_MS, Unavailable("the planted ranks are gloo ranks on the CPU"))
-    delayed, plain = _training_group((COMM_DELAY_MS, COMM_DELAY_MS)), _training_group((0.0, 0.0))
-    try:
-        grown = [delayed.exposed_communication(STEPS) - plain.exposed_communication(STEPS)
-                 for _ in range(COMM_PAIRS)]
-    finally:
-        delayed.close()
-        plain.close()
-    return Reading(COMM_DELAY_MS, statistics.median(grown) * 1e3,
+    grown = _median_growth((COMM_DELAY_MS, COMM_DELAY_MS), lambda group: group.exposed_communication(STEPS))
+    return Reading(COMM_DELAY_MS, grown,
                    f"2 ranks, one bucket: the median of {COMM_PAIRS} pairs of {STEPS}-step blocks, less the same "
                    "group's without the wait")
 
@@ -109,18 +124,8 @@ def in_flight_reading(device: str) -> Reading:
     planted = COMM_DELAY_MS / 2
     if device != CPU:
         return Reading(planted, Unavailable("the planted ranks are gloo ranks on the CPU"))
-    late, plain = _training_group((0.0, COMM_DELAY_MS)), _training_group((0.0, 0.0))
-    try:
-        grown = []
-        for _ in range(COMM_PAIRS):
-            pair = late.communication(), plain.communication()
-            if isinstance(pair[0], Unavailable) or isinstance(pair[1], Unavailable):
-                return Reading(planted, pair[0] if isinstance(pair[0], Unavailable) else pair[1])
-            grown.append(pair[0] - pair[1])
-    finally:
-        late.close()
-        plain.close()
-    return Reading(planted, statistics.median(grown) * 1e3,
+    grown = _median_growth((0.0, COMM_DELAY_MS), lambda group: group.communication())
+    return Reading(planted, grown,
                    f"2 ranks, rank 1 late by {COMM_DELAY_MS:g} ms: the median of {COMM_PAIRS} pairs of profiled steps, "
                    "less the same group's without the wait")
 
