@@ -33,6 +33,10 @@ TIMEOUT_S = 600
 # thread on the CPU (`pitfalls.devices.CPU_DEVICE_THREADS`: one core is one device; `single` had torch's one per
 # core); before, steps timed inside the ranks by one routine for every variant, memory estimated per device.
 VERSION = "parallel-one-core-per-device-1"
+# A rank's memory on the CPU is what torch's allocator held at the step's peak (it was its whole USS, libtorch
+# included, whose ratio between ranks read about 1 whatever the step held): these series restart.
+MEMORY_VERSION = "parallel-allocator-peak-1"
+MEMORY_METHODS = ("track_peak_memory_rank0", "track_peak_memory_others", "track_memory_imbalance")
 # Steps per block of the speedup (A B A B, 5 block pairs at least, more within the routine's budget of seconds):
 # fewer than the figures' 10, to keep the family's share of the quick grid near its 2.5 minutes; the same routine.
 SPEEDUP_STEPS = 5
@@ -96,8 +100,8 @@ def one_rank_key(case: dict[str, Any]) -> tuple[Any, ...]:
 
 class Ranks(common._FamilyBenchmark):
     """Per-rank figures of one step: samples/s, peak memory (rank 0, the others, their ratio), communication,
-    NVML busy % (rank 0's GPU, the others'). Memory is CUDA max allocated on GPUs and the process's USS at the end of
-    the forward on the CPU; a DataParallel case's ranks are its devices."""
+    NVML busy % (rank 0's GPU, the others'). Memory is CUDA max allocated on GPUs and torch's allocations at the step's
+    peak on the CPU; a DataParallel case's ranks are its devices."""
 
     family = "parallel"
     mode_axis = False
@@ -157,7 +161,8 @@ def _restart_series() -> None:
     for cls in (Step, Speedup, Ranks):
         for name in dir(cls):
             if name.startswith(("track_", "peakmem_", "time_")):
-                setattr(cls, name, common._method_copy(getattr(cls, name), name, version=VERSION))
+                version = MEMORY_VERSION if name in MEMORY_METHODS else VERSION
+                setattr(cls, name, common._method_copy(getattr(cls, name), name, version=version))
 
 
 _restart_series()

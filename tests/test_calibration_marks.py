@@ -4,7 +4,13 @@ import json
 
 from pitfalls.calibration.marks import instrument_of, uncalibrated, uncalibrated_benchmarks
 from pitfalls.calibration.run import all_checks
-from pitfalls.calibration.table import SPEEDUP, TIME_PER_CALL, calibrated_instruments, own_instrument
+from pitfalls.calibration.table import (
+    COMPILE_SECONDS,
+    SPEEDUP,
+    TIME_PER_CALL,
+    calibrated_instruments,
+    own_instrument,
+)
 from pitfalls.registry import BUILTIN
 from pitfalls.suite_description import COMMITTED
 
@@ -52,7 +58,18 @@ def test_the_report_marks_a_calibrated_family_figure_calibrated_and_its_neighbou
                   ("parallel", "bench_parallel.Ranks.track_exposed_communication"),
                   ("parallel", "bench_parallel.Ranks.track_communication"),
                   ("parallel", "bench_parallel.Ranks.track_memory_imbalance"),
+                  ("parallel", "bench_parallel.Ranks.track_scaling_efficiency"),
                   ("loader", "bench_loader.Memory.track_uss"),
-                  ("loader", "bench_loader.InFlight.track_batches_in_flight")}
+                  ("loader", "bench_loader.Verdict.track_starves_below")}
     assert uncalibrated_benchmarks(benchmarks, all_checks()) == [
-        "bench_loader.InFlight.track_batches_in_flight", "bench_parallel.Ranks.track_memory_imbalance"]
+        "bench_loader.Verdict.track_starves_below", "bench_parallel.Ranks.track_scaling_efficiency"]
+
+
+def test_the_published_compile_seconds_are_calibrated_by_the_compile_row() -> None:
+    names = sorted(name for name in json.loads(COMMITTED.read_text()) if name.endswith(".track_compile_seconds"))
+    assert names == ["bench_loss.Compile.track_compile_seconds", "bench_sampler.Compile.track_compile_seconds"]
+    benchmarks = [(name.split(".", 1)[0].removeprefix("bench_"), name) for name in names]
+    assert uncalibrated_benchmarks(benchmarks, all_checks()) == []
+    # Without the row that reads it, the figure is marked again: the mapping alone calibrates nothing.
+    others = [c for c in all_checks() if COMPILE_SECONDS not in c.instruments]
+    assert uncalibrated_benchmarks(benchmarks, others) == names

@@ -27,7 +27,8 @@ same number of valid pixels. The family's images therefore all hold exactly the 
 variant then computes the same loss and gradient as ``single``, and the gate compares updated weights.
 
 Figures. Beyond time per step and the speedup over ``single``: samples/s, peak memory per rank (CUDA max
-allocated on GPUs; on the CPU the rank process's USS at the end of the forward, when every activation is alive),
+allocated on GPUs; on the CPU what torch's allocator held at the step's high point above its start, from
+torch.profiler's memory events: the end of the forward, when every activation is alive),
 rank 0 against the others (the article's unbalanced memory), time in communication per step from the profiler
 (gloo's collectives on the CPU; nccl kernels and peer copies on GPUs), and NVML busy % per GPU (the article's
 "the other GPUs cool down waiting"). There is nothing to ``torch.compile`` across processes, and the suite's
@@ -54,7 +55,6 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, cast
 
 import torch
@@ -65,7 +65,10 @@ from pitfalls.families.loss import estimate_train_step_bytes
 from pitfalls.families.parallel_calibration import (
     CHECKS,
     EXPOSED_FIGURE,
+    IMBALANCE_FIGURE,
     IN_FLIGHT_FIGURE,
+    OTHERS_MEMORY_FIGURE,
+    RANK0_MEMORY_FIGURE,
     SAMPLES_PER_SECOND_FIGURE,
     STEP_TIME_FIGURE,
 )
@@ -79,7 +82,9 @@ from pitfalls.families.parallel_step import (
     NUM_CLASSES,
     SEGNET,
     SINGLE,
+    STEP_PEAK,
     VARIANTS,
+    ParallelFigures,
     RankFigures,
     Shard,
     StepConfig,
@@ -138,57 +143,6 @@ def check_devices(variant: str, device: torch.device, world_size: int) -> None:
 
 # Steps each process times for the family's own figures (samples/s): the same routine as the speedup's blocks.
 FIGURE_STEPS = 10
-
-
-@dataclass(frozen=True)
-class ParallelFigures:
-    """The family's own figures of one case (besides asv's time per step and the speedup over ``single``).
-
-    Attributes:
-        step_s: seconds per step: each process times `FIGURE_STEPS` steps after a barrier, and this is the slowest
-            process's median (`pitfalls.distributed.step_seconds`), for every variant.
-        samples_per_s: the global batch over ``step_s``.
-        ranks: each rank's (device's) time and peak memory over one step, rank 0 first.
-        communication_s: seconds of one profiled step in which communication was in flight, averaged over the
-            processes (including waiting for a slower peer and what overlaps the backward).
-        exposed_communication_s: seconds communication adds to a step: the step time minus the same step's
-            under DDP's ``no_sync()`` (ddp only).
-        busy_pct: NVML's GPU utilization per device, rank 0 first, while the case loops; GPUs only.
-    """
-
-    step_s: float | Unavailable
-    samples_per_s: float | Unavailable
-    ranks: tuple[RankFigures, ...] | Unavailable
-    communication_s: float | Unavailable
-    busy_pct: tuple[float, ...] | Unavailable
-    exposed_communication_s: float | Unavailable = Unavailable("not measured")
-
-    def rank0_memory(self) -> int | Unavailable:
-        return self.ranks if isinstance(self.ranks, Unavailable) else self.ranks[0].peak_bytes
-
-    def others_memory(self) -> float | Unavailable:
-        """Mean peak memory of the ranks other than rank 0."""
-        if isinstance(self.ranks, Unavailable):
-            return self.ranks
-        others = [r.peak_bytes for r in self.ranks[1:]]
-        return sum(others) / len(others) if others else Unavailable("one rank: no other rank to compare")
-
-    def memory_imbalance(self) -> float | Unavailable:
-        """Rank 0's peak memory over the others' mean (1 = balanced; DataParallel's GPU 0 holds more)."""
-        others, rank0 = self.others_memory(), self.rank0_memory()
-        if isinstance(others, Unavailable):
-            return others
-        return rank0 if isinstance(rank0, Unavailable) else rank0 / others
-
-    def rank0_busy(self) -> float | Unavailable:
-        return self.busy_pct if isinstance(self.busy_pct, Unavailable) else self.busy_pct[0]
-
-    def others_busy(self) -> float | Unavailable:
-        """Mean NVML busy % of the devices other than rank 0's."""
-        if isinstance(self.busy_pct, Unavailable):
-            return self.busy_pct
-        others = self.busy_pct[1:]
-        return sum(others) / len(others) if others else Unavailable("one rank: no other device to compare")
 
 
 def case_devices(case: Case) -> list[torch.device]:
@@ -479,10 +433,10 @@ def own_figures(case: Case) -> list[OwnFigure]:
         (STEP_TIME_FIGURE, _ms(figures.step_s), "ms",
          f"the slowest process's median of {FIGURE_STEPS} steps timed in it"),
         (SAMPLES_PER_SECOND_FIGURE, figures.samples_per_s, "samples/s", "the global batch over the step time"),
-        ("peak memory, rank 0", _mib(figures.rank0_memory()), "MiB",
-         "CUDA max allocated on a GPU; USS at the end of the forward on the CPU"),
-        ("peak memory, other ranks", _mib(figures.others_memory()), "MiB", "their mean"),
-        ("memory imbalance", figures.memory_imbalance(), "x",
+        (RANK0_MEMORY_FIGURE, _mib(figures.rank0_memory()), "MiB",
+         f"CUDA max allocated on a GPU; on the CPU the {STEP_PEAK}, above its start (torch.profiler)"),
+        (OTHERS_MEMORY_FIGURE, _mib(figures.others_memory()), "MiB", "their mean"),
+        (IMBALANCE_FIGURE, figures.memory_imbalance(), "x",
          "rank 0 over the others (DataParallel: GPU 0 holds more)"),
         (IN_FLIGHT_FIGURE, figures.communication_s, "s",
          "profiled; averaged over the processes; includes waiting for a peer and what overlaps the backward"),
@@ -532,5 +486,7 @@ FAMILY = Family(
     own_figures=own_figures,
     calibrations=CHECKS,
     benchmark_figures={"track_step_time": STEP_TIME_FIGURE, "track_samples_per_second": SAMPLES_PER_SECOND_FIGURE,
-                       "track_exposed_communication": EXPOSED_FIGURE, "track_communication": IN_FLIGHT_FIGURE},
+                       "track_exposed_communication": EXPOSED_FIGURE, "track_communication": IN_FLIGHT_FIGURE,
+                       "track_peak_memory_rank0": RANK0_MEMORY_FIGURE, "track_peak_memory_others": OTHERS_MEMORY_FIGURE,
+                       "track_memory_imbalance": IMBALANCE_FIGURE},
 )

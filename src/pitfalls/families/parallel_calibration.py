@@ -4,23 +4,27 @@ They run through the family's own path (`parallel_launch.DdpGroup.block`: the ra
 `pitfalls.distributed.time_steps` in each rank after a barrier, `pitfalls.distributed.step_seconds` over the
 ranks), with the training step replaced by a sleep (``--plant-sleep-ms``), or a real DDP step whose all-reduce
 waits a planted time first in every rank or in one (``--plant-comm-ms``, `DdpGroup.exposed_communication` and
-`DdpGroup.communication`). Sleeps, so that the 2 cores shared with other work do not decide the answer.
+`DdpGroup.communication`). Sleeps, so that the 2 cores shared with other work do not decide the answer. Each rank's
+memory is read on a real DDP step whose forward holds a planted number of MiB per rank until its backward
+(``--plant-step-mib``, `DdpGroup.measure` and the `ParallelFigures` methods the published figures use).
 """
 
 from __future__ import annotations
 
+import functools
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from pitfalls.calibration.table import CPU, SPEEDUP, Check, Reading, own_instrument
-from pitfalls.families.parallel_launch import DdpGroup
-from pitfalls.families.parallel_step import StepConfig
+from pitfalls.families.parallel_launch import RANK_MODULE, DdpGroup
+from pitfalls.families.parallel_step import STEP_PEAK, ParallelFigures, StepConfig
 from pitfalls.probes.result import Unavailable
 from pitfalls.probes.timing import blocked_speedup
 
-__all__ = ["CHECKS", "COMM_DELAY_MS", "EXPOSED_FIGURE", "IN_FLIGHT_FIGURE", "SAMPLES_PER_SECOND_FIGURE", "SLEEPS_MS",
-           "STEP_TIME_FIGURE", "exposed_delay_reading", "in_flight_reading", "rank_sleep_reading",
-           "self_speedup_reading"]
+__all__ = ["CHECKS", "COMM_DELAY_MS", "EXPOSED_FIGURE", "HELD_MIB", "IMBALANCE_FIGURE", "IN_FLIGHT_FIGURE",
+           "OTHERS_MEMORY_FIGURE", "RANK0_MEMORY_FIGURE", "SAMPLES_PER_SECOND_FIGURE", "SLEEPS_MS", "STEP_TIME_FIGURE",
+           "exposed_delay_reading", "held_memory_figures", "in_flight_reading", "memory_reading",
+           "rank_sleep_reading", "self_speedup_reading"]
 
 # Rank r sleeps SLEEPS_MS[r] per step: the step must read the largest, not rank 0's.
 SLEEPS_MS = (20.0, 60.0)
@@ -40,6 +44,12 @@ STEP_TIME = own_instrument("parallel", STEP_TIME_FIGURE)
 SAMPLES_PER_SECOND = own_instrument("parallel", SAMPLES_PER_SECOND_FIGURE)
 EXPOSED = own_instrument("parallel", EXPOSED_FIGURE)
 IN_FLIGHT = own_instrument("parallel", IN_FLIGHT_FIGURE)
+RANK0_MEMORY_FIGURE = "peak memory, rank 0"
+OTHERS_MEMORY_FIGURE = "peak memory, other ranks"
+IMBALANCE_FIGURE = "memory imbalance"
+# What each rank's forward holds until its backward: large against a 4x4 step's own allocations, and unequal, so
+# that a figure that reads rank 0 for every rank is caught.
+HELD_MIB = (96.0, 32.0)
 
 
 def _group(sleeps_ms: tuple[float, ...]) -> DdpGroup:
@@ -134,6 +144,56 @@ def in_flight_reading(device: str) -> Reading:
                    "less the same group's without the wait")
 
 
+def held_memory_figures(entry: Sequence[str] = ("-m", RANK_MODULE)) -> ParallelFigures:
+    """Two ranks of the real step (one 4x4 image each) whose forward holds ``HELD_MIB[r]`` MiB until its backward:
+    their memory figures over one measured step, after a step that allocates the gradients and momentum buffers.
+
+    Args:
+        entry: what each rank runs (a test plants a faulty rank module).
+    """
+    group = DdpGroup(StepConfig(world_size=2, batch=1, image_size=4), "cpu", entry=entry,
+                     extra=["--plant-step-mib", *map(repr, HELD_MIB)])
+    try:
+        group()
+        ranks = tuple(group.measure())
+    finally:
+        group.close()
+    unread = Unavailable("not read by this check")
+    return ParallelFigures(step_s=unread, samples_per_s=unread, ranks=ranks, communication_s=unread, busy_pct=unread)
+
+
+# The three memory rows read one planted group's figures (a group per row tripled the rows' 27 s here).
+_one_group = functools.cache(held_memory_figures)
+
+
+def memory_reading(device: str, read: Callable[[ParallelFigures], float | Unavailable], planted: float,
+                   scale: float = 2**-20, figures: Callable[[], ParallelFigures] = _one_group) -> Reading:
+    """One memory figure of `held_memory_figures`, in MiB (``scale``) or as a ratio (``scale=1``).
+
+    Args:
+        device: "cpu": the planted ranks are gloo ranks.
+        read: the published figure, a `ParallelFigures` method.
+        planted: its known answer.
+        scale: the published unit (bytes) to the row's.
+        figures: the planted group's figures (by default one group's for every row; a test passes a faulty
+            one).
+    """
+    if device != CPU:
+        return Reading(planted, Unavailable("the planted ranks are gloo ranks on the CPU"))
+    measured = read(figures())
+    if isinstance(measured, Unavailable):
+        return Reading(planted, measured)
+    return Reading(planted, measured * scale,
+                   f"2 ranks holding {HELD_MIB[0]:g} and {HELD_MIB[1]:g} MiB from forward to backward: {STEP_PEAK}")
+
+
+def _memory_check(name: str, figure: str, read: Callable[[ParallelFigures], float | Unavailable], planted: float,
+                  *, why: str, unit: str = "MiB") -> Check:
+    return Check(name, (own_instrument("parallel", figure),), unit, 0.05,
+                 functools.partial(memory_reading, read=read, planted=planted, scale=2**-20 if unit == "MiB" else 1.0),
+                 family="parallel", why=why)
+
+
 CHECKS = (
     Check("parallel: step of ranks sleeping 20 and 60 ms", (STEP_TIME, SAMPLES_PER_SECOND), "ms", 0.10,
           rank_sleep_reading, family="parallel",
@@ -147,4 +207,13 @@ CHECKS = (
     Check(f"parallel: rank 1's all-reduce {COMM_DELAY_MS:g} ms late", (IN_FLIGHT,), "ms", 0.10,
           in_flight_reading, family="parallel",
           why="one profiled step per reading: the real all-reduce spreads by a few ms against the planted 60"),
+    _memory_check(f"parallel: rank 0 holds {HELD_MIB[0]:g} MiB in its step", RANK0_MEMORY_FIGURE,
+                  ParallelFigures.rank0_memory, HELD_MIB[0],
+                  why="torch's allocator count: 96.008 every run here (the 4x4 step's own); 5 %, the issue's bar"),
+    _memory_check(f"parallel: rank 1 holds {HELD_MIB[1]:g} MiB in its step", OTHERS_MEMORY_FIGURE,
+                  ParallelFigures.others_memory, HELD_MIB[1],
+                  why="32.008 every run here, once a first step has allocated the gradients and momentum"),
+    _memory_check(f"parallel: memory of {HELD_MIB[0]:g} against {HELD_MIB[1]:g} MiB", IMBALANCE_FIGURE,
+                  ParallelFigures.memory_imbalance, HELD_MIB[0] / HELD_MIB[1], unit="x",
+                  why="the ratio of the two rows above, as published"),
 )

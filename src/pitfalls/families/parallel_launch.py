@@ -87,7 +87,7 @@ class DdpGroup:
         return with_sync - without
 
     def measure(self) -> list[RankFigures]:
-        """One step in which every rank measures its time and peak memory."""
+        """Every rank's time and peak memory of a step (`parallel_step.Trainer.measure`)."""
         return [RankFigures(**json.loads(reply)) for reply in self.run("measure")]
 
     def communication(self) -> float | Unavailable:

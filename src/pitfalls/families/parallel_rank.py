@@ -63,15 +63,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--plant-comm-ms", type=float, nargs="+", metavar="MS",
                         help="calibration: rank r's gradient buckets' all-reduce, by a Python hook, waits the r-th "
                              "value first (one value: every rank)")
+    parser.add_argument("--plant-step-mib", type=float, nargs="+", metavar="MIB",
+                        help="calibration: rank r's forward also holds the r-th value in MiB until its backward "
+                             "(one value: every rank)")
     alone = parser.add_argument_group("standalone (one torchrun per node)")
     alone.add_argument("--steps", type=int, default=20, help="timed steps (default 20)")
     alone.add_argument("--out", type=Path, help="folder for this node's rank files (and rank 0's summary.json)")
     args = parser.parse_args(argv)
     if CONTROL_ENV not in os.environ and args.out is None:
         parser.error("--out is required unless the rank is started by a RankGroup")
-    for wait in args.plant_comm_ms or ():
-        if wait < 0:
-            parser.error(f"--plant-comm-ms={wait:g} is not allowed; it must be >= 0")
+    for option in ("plant_comm_ms", "plant_step_mib"):
+        for value in getattr(args, option) or ():
+            if not value >= 0:
+                parser.error(f"--{option.replace('_', '-')}={value:g} is not allowed; it must be >= 0")
     for name in ("batch", "image_size", "steps", "threads", "world_size"):
         value = getattr(args, name)
         if value is not None and value < 1:
@@ -96,11 +100,22 @@ def init_rank(args: argparse.Namespace) -> Trainer:
                             device_id=device if device.type == "cuda" else None)
     config = StepConfig(world_size=world_size, batch=args.batch, image_size=args.image_size, seed=args.seed,
                         lr=args.lr, dtype=args.dtype, model=args.model)
-    delays = args.plant_comm_ms
-    if delays is not None and len(delays) not in (1, world_size):
-        raise ValueError(f"--plant-comm-ms has {len(delays)} values; allowed: one, or one per rank ({world_size})")
-    delay_s = None if delays is None else (delays[rank] if len(delays) > 1 else delays[0]) / 1e3
-    return make_trainer(DDP, device, config, rank=rank, comm_delay_s=delay_s)
+    delay_ms = per_rank(args.plant_comm_ms, "--plant-comm-ms", rank, world_size)
+    return make_trainer(DDP, device, config, rank=rank, comm_delay_s=None if delay_ms is None else delay_ms / 1e3,
+                        held_mib=per_rank(args.plant_step_mib, "--plant-step-mib", rank, world_size))
+
+
+def per_rank(values: Sequence[float] | None, option: str, rank: int, world_size: int) -> float | None:
+    """This rank's value of a planting option given once for every rank or once per rank; None when not given.
+
+    Raises:
+        ValueError: neither one value nor ``world_size`` of them.
+    """
+    if values is None:
+        return None
+    if len(values) not in (1, world_size):
+        raise ValueError(f"{option} has {len(values)} values; allowed: one, or one per rank ({world_size})")
+    return values[rank] if len(values) > 1 else values[0]
 
 
 class SleepStep:

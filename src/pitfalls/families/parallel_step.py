@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import psutil
 import torch
 from torch import Tensor, nn
 from torch.profiler import ProfilerActivity, profile
@@ -50,6 +49,8 @@ WIDE_LAYERS = 4
 # device-to-device copies of DataParallel's scatter and gather.
 _CPU_COMMUNICATION = ("gloo:",)
 _GPU_COMMUNICATION = ("nccl", "Memcpy PtoP")
+# What a rank's memory is on the CPU (`allocated_peak`).
+STEP_PEAK = "torch CPU allocations at the step's peak"
 
 
 @dataclass(frozen=True)
@@ -188,7 +189,8 @@ class RankFigures:
         pid: the process that ran it.
         device: the device, e.g. "cuda:1" or "cpu".
         seconds: the step's wall time in that process, synchronized.
-        peak_bytes: CUDA max allocated on a GPU; the process's USS at its high point on the CPU.
+        peak_bytes: CUDA max allocated on a GPU; on the CPU torch's allocations at the step's high point,
+            above its start (`allocated_peak`).
         memory: which of the two ``peak_bytes`` is.
     """
 
@@ -201,6 +203,60 @@ class RankFigures:
     memory: str
 
 
+@dataclass(frozen=True)
+class ParallelFigures:
+    """The family's own figures of one case (besides asv's time per step and the speedup over ``single``).
+
+    Attributes:
+        step_s: seconds per step: each process times `parallel.FIGURE_STEPS` steps after a barrier, and this is the
+            slowest process's median (`pitfalls.distributed.step_seconds`), for every variant.
+        samples_per_s: the global batch over ``step_s``.
+        ranks: each rank's (device's) time and peak memory over one step, rank 0 first.
+        communication_s: seconds of one profiled step in which communication was in flight, averaged over the
+            processes (including waiting for a slower peer and what overlaps the backward).
+        exposed_communication_s: seconds communication adds to a step: the step time minus the same step's
+            under DDP's ``no_sync()`` (ddp only).
+        busy_pct: NVML's GPU utilization per device, rank 0 first, while the case loops; GPUs only.
+    """
+
+    step_s: float | Unavailable
+    samples_per_s: float | Unavailable
+    ranks: tuple[RankFigures, ...] | Unavailable
+    communication_s: float | Unavailable
+    busy_pct: tuple[float, ...] | Unavailable
+    exposed_communication_s: float | Unavailable = Unavailable("not measured")
+
+    def rank0_memory(self) -> int | Unavailable:
+        return self.ranks if isinstance(self.ranks, Unavailable) else self.ranks[0].peak_bytes
+
+    def others_memory(self) -> float | Unavailable:
+        """Mean peak memory of the ranks other than rank 0."""
+        if isinstance(self.ranks, Unavailable):
+            return self.ranks
+        others = [r.peak_bytes for r in self.ranks[1:]]
+        return sum(others) / len(others) if others else Unavailable("one rank: no other rank to compare")
+
+    def memory_imbalance(self) -> float | Unavailable:
+        """Rank 0's peak memory over the others' mean (1 = balanced; DataParallel's GPU 0 holds more)."""
+        others, rank0 = self.others_memory(), self.rank0_memory()
+        if isinstance(others, Unavailable):
+            return others
+        if isinstance(rank0, Unavailable):
+            return rank0
+        return rank0 / others if others > 0 else Unavailable("the other ranks held nothing at their step's peak: "
+                                                              "no ratio")
+
+    def rank0_busy(self) -> float | Unavailable:
+        return self.busy_pct if isinstance(self.busy_pct, Unavailable) else self.busy_pct[0]
+
+    def others_busy(self) -> float | Unavailable:
+        """Mean NVML busy % of the devices other than rank 0's."""
+        if isinstance(self.busy_pct, Unavailable):
+            return self.busy_pct
+        others = self.busy_pct[1:]
+        return sum(others) / len(others) if others else Unavailable("one rank: no other device to compare")
+
+
 def _union_seconds(intervals: Sequence[tuple[float, float]]) -> float:
     """Length of the union of [start, end) intervals given in microseconds, in seconds."""
     total, reach = 0.0, float("-inf")
@@ -209,6 +265,23 @@ def _union_seconds(intervals: Sequence[tuple[float, float]]) -> float:
             total += end - max(start, reach)
             reach = end
     return total / 1e6
+
+
+def allocated_peak(events: Sequence[Any]) -> int:
+    """Bytes torch's CPU allocator held at the high point of a profiled window, above what it held at its start.
+
+    Args:
+        events: ``torch.profiler.profile(profile_memory=True).events()``: each op's own allocations net of its own
+            frees (``self_cpu_memory_usage``), and the frees outside any op (``[memory]`` events).
+
+    Returns:
+        The largest running sum of those, in time order; 0 when nothing was held beyond the start.
+    """
+    held = peak = 0
+    for event in sorted((e for e in events if e.self_cpu_memory_usage), key=lambda e: e.time_range.start):
+        held += event.self_cpu_memory_usage
+        peak = max(peak, held)
+    return peak
 
 
 def communication_seconds(events: Sequence[Any], on_gpu: bool) -> float:
@@ -269,15 +342,13 @@ class Trainer:
         self.optimizer = torch.optim.SGD(net.parameters(), lr=config.lr, momentum=config.momentum)
         self.shard = Shard.of(first, images)
 
-    def step(self, after_forward: Callable[[], None] | None = None) -> Tensor:
+    def step(self) -> Tensor:
         """Run one step, queued on the device(s), not synchronized; return the loss. On the CPU the step runs on
         one core's threads (`pitfalls.devices.device_threads`), in this process as in each gloo rank: one core is
         one device, so ``single`` is one device's step and ddp's speedup over it is its scaling."""
         with device_threads(self.devices[0]):
             self.optimizer.zero_grad(set_to_none=True)
             loss = self.forward(self.images, self.labels)
-            if after_forward is not None:
-                after_forward()
             loss.backward()
             self.optimizer.step()
         return loss.detach()
@@ -294,7 +365,8 @@ class Trainer:
         return step_seconds([time_steps(self.step, self.synchronize, units)])
 
     def measure(self) -> list[RankFigures]:
-        """Run one step and return its time and peak memory, one entry per device this process drives."""
+        """Run a step and return its time and peak memory, one entry per device this process drives (on the CPU,
+        the memory of a second step, profiled)."""
         host, pid = socket.gethostname(), os.getpid()
         self.synchronize()
         if self.devices[0].type == "cuda":
@@ -307,14 +379,16 @@ class Trainer:
             return [RankFigures(self.rank + i, host, pid, str(device), seconds,
                                 int(torch.cuda.max_memory_allocated(device)), "CUDA max allocated")
                     for i, device in enumerate(self.devices)]
-        process = psutil.Process()
-        seen = [process.memory_full_info().uss]
         start = time.perf_counter()
-        # The high point of a step's memory is the end of the forward: every activation kept for backward.
-        self.step(after_forward=lambda: seen.append(process.memory_full_info().uss))
+        self.step()
         seconds = time.perf_counter() - start
-        seen.append(process.memory_full_info().uss)
-        return [RankFigures(self.rank, host, pid, "cpu", seconds, max(seen), "USS")]
+        # torch's own allocations, as CUDA's max allocated counts them on a GPU: not the process's USS, in which
+        # libtorch weighs the same in every rank (the ratio of two such totals reads about 1 whatever the step
+        # holds), and whose growth over a step is whatever malloc did not find free in its heap (3.8-7.1 MiB for
+        # one rank's step read in turn). A second step, profiled, so that the time above is not the profiler's.
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
+            self.step()
+        return [RankFigures(self.rank, host, pid, "cpu", seconds, allocated_peak(profiler.events()), STEP_PEAK)]
 
     def communication(self) -> float | Unavailable:
         """Seconds of one step in which communication was in flight, from torch.profiler."""
@@ -383,8 +457,29 @@ def delayed_allreduce(seconds: float) -> Callable[[Any, Any], torch.futures.Futu
     return hook
 
 
+class HeldInForward:
+    """Calibration: a forward that also allocates and touches ``nbytes``, held until the backward starts (as the
+    activations a forward keeps are), so a step's memory grows by a known amount at its high point.
+
+    Args:
+        forward: the step's ``forward(images, labels) -> loss``.
+        nbytes: bytes held from the forward to the start of the backward.
+    """
+
+    def __init__(self, forward: Callable[[Tensor, Tensor], Tensor], nbytes: int) -> None:
+        self.forward = forward
+        self.nbytes = nbytes
+
+    def __call__(self, images: Tensor, labels: Tensor) -> Tensor:
+        held = [torch.ones(self.nbytes, dtype=torch.uint8, device=images.device)]  # ones: every page written
+        loss = self.forward(images, labels)
+        # The loss's gradient is the backward's first: from there the planted bytes are free, as activations are.
+        loss.register_hook(lambda _grad: held.clear())
+        return loss
+
+
 def make_trainer(variant: str, device: torch.device, config: StepConfig, *, rank: int = 0,
-                 comm_delay_s: float | None = None) -> Trainer:
+                 comm_delay_s: float | None = None, held_mib: float | None = None) -> Trainer:
     """Build one process's part of a variant's step.
 
     Args:
@@ -396,6 +491,7 @@ def make_trainer(variant: str, device: torch.device, config: StepConfig, *, rank
         rank: the DDP rank, which picks this rank's share of the global batch.
         comm_delay_s: calibration (ddp): each bucket's all-reduce waits this long first (`delayed_allreduce`);
             None: DDP's own all-reduce, no hook.
+        held_mib: calibration (ddp): each forward also holds this many MiB until the backward (`HeldInForward`).
 
     Returns:
         The `Trainer`.
@@ -416,8 +512,11 @@ def make_trainer(variant: str, device: torch.device, config: StepConfig, *, rank
         wrapped = nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
         if comm_delay_s is not None:
             wrapped.register_comm_hook(None, delayed_allreduce(comm_delay_s))
-        return Trainer(net, lambda x, y: loss(wrapped(x), y), images, labels, (device,), config, rank=rank,
-                       first=first, no_sync=wrapped.no_sync)
+        forward: Callable[[Tensor, Tensor], Tensor] = lambda x, y: loss(wrapped(x), y)  # noqa: E731
+        if held_mib is not None:
+            forward = HeldInForward(forward, round(held_mib * 2**20))
+        return Trainer(net, forward, images, labels, (device,), config, rank=rank, first=first,
+                       no_sync=wrapped.no_sync)
     ids = [d.index for d in devices]
     if variant == DATA_PARALLEL:
         replicated = nn.DataParallel(net, device_ids=ids)
