@@ -817,3 +817,14 @@ def test_a_step_s_memory_on_the_cpu_grows_by_exactly_what_its_forward_holds():
     # Not to the byte: an op's own allocations count at its start, net of its own frees, so the order of a few
     # small ones around the high point moves it by a few KiB (3.5 KiB in one run).
     assert plain.peak_bytes > 0 and holding.peak_bytes - plain.peak_bytes == pytest.approx(8 << 20, abs=64 << 10)
+
+
+@pytest.mark.slow
+@pytest.mark.serial
+def test_weak_scaling_from_rank_0_s_step_alone_fails_its_row(monkeypatch, no_process_left):
+    check = _row_named("parallel: 2 ranks at half the pace")
+    # The mutation: the pair's step read on rank 0, which sleeps as long as the lone rank: it reads perfect scaling.
+    monkeypatch.setattr(parallel_launch, "step_seconds", lambda per_rank: statistics.median(per_rank[0]))
+    row = verdict(check, check.measure("cpu"))
+    assert row.verdict == "fail" and row.measured > 0.9, row
+    assert FAMILY.benchmark_figures["track_scaling_efficiency"] == parallel_calibration.SCALING_FIGURE

@@ -70,6 +70,7 @@ from pitfalls.families.parallel_calibration import (
     OTHERS_MEMORY_FIGURE,
     RANK0_MEMORY_FIGURE,
     SAMPLES_PER_SECOND_FIGURE,
+    SCALING_FIGURE,
     STEP_TIME_FIGURE,
 )
 from pitfalls.families.parallel_launch import DdpGroup, RankFailed
@@ -92,9 +93,13 @@ from pitfalls.families.parallel_step import (
     initial_net,
     make_trainer,
     parameter_count,
+    per_second,
     seeded_images,
     synchronize_all,
     utilization,
+)
+from pitfalls.families.parallel_step import (
+    scaling_efficiency as scaling_efficiency,  # the benchmarks' weak scaling, with the family's figures
 )
 from pitfalls.family import SPEEDUP, TIME, Case, Comparison, Family, OwnFigure, Param, SkipCase
 from pitfalls.probes.nvml import NvmlSampler
@@ -185,7 +190,7 @@ def measure_figures(case: Case, *, steps: int = FIGURE_STEPS, nvml_seconds: floa
     global_batch = int(case.params["world_size"]) * int(case.params["batch"])
     return ParallelFigures(
         step_s=step_s,
-        samples_per_s=step_s if isinstance(step_s, Unavailable) else global_batch / step_s,
+        samples_per_s=per_second(step_s, global_batch),
         ranks=figure(lambda: tuple(runner.measure())),
         communication_s=figure(runner.communication),
         busy_pct=figure(lambda: busy_per_device(case, nvml_seconds)),
@@ -193,37 +198,6 @@ def measure_figures(case: Case, *, steps: int = FIGURE_STEPS, nvml_seconds: floa
     )
 
 
-def scaling_efficiency(variant: str, world_size: int, figures: ParallelFigures,
-                       one_rank: ParallelFigures | str | None) -> float | Unavailable:
-    """Weak-scaling efficiency of ddp: samples/s of W ranks over W times the samples/s of one rank.
-
-    The batch per rank is fixed, so W ranks do W times one rank's work: 1.0 is perfect scaling, and what is
-    missing is the all-reduce, the waits for the slowest rank and whatever the ranks share (cores, memory
-    bandwidth, PCIe or NVLink).
-
-    Args:
-        variant: the case's variant (ddp only).
-        world_size: its ranks.
-        figures: its own figures.
-        one_rank: the figures of the same case at one rank, or the reason that case has none (None: not in the
-            grid).
-
-    Returns:
-        The efficiency, or n/a with the reason.
-    """
-    if variant != DDP:
-        return Unavailable("weak scaling is ddp's figure: ranks with a fixed batch each")
-    if world_size == 1:
-        return Unavailable("one rank: the reference of the efficiency")
-    if one_rank is None:
-        return Unavailable("the grid has no 1-rank ddp case to compare with")
-    if isinstance(one_rank, str):
-        return Unavailable(f"the 1-rank ddp case did not run: {one_rank}")
-    for rate in (figures.samples_per_s, one_rank.samples_per_s):
-        if isinstance(rate, Unavailable):
-            return rate
-    assert not isinstance(figures.samples_per_s, Unavailable) and not isinstance(one_rank.samples_per_s, Unavailable)
-    return figures.samples_per_s / (world_size * one_rank.samples_per_s)
 
 
 def exposed_communication(runner: Runner, steps: int) -> float | Unavailable:
@@ -488,5 +462,5 @@ FAMILY = Family(
     benchmark_figures={"track_step_time": STEP_TIME_FIGURE, "track_samples_per_second": SAMPLES_PER_SECOND_FIGURE,
                        "track_exposed_communication": EXPOSED_FIGURE, "track_communication": IN_FLIGHT_FIGURE,
                        "track_peak_memory_rank0": RANK0_MEMORY_FIGURE, "track_peak_memory_others": OTHERS_MEMORY_FIGURE,
-                       "track_memory_imbalance": IMBALANCE_FIGURE},
+                       "track_memory_imbalance": IMBALANCE_FIGURE, "track_scaling_efficiency": SCALING_FIGURE},
 )

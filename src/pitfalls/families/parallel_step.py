@@ -257,6 +257,44 @@ class ParallelFigures:
         return sum(others) / len(others) if others else Unavailable("one rank: no other device to compare")
 
 
+def per_second(step_s: float | Unavailable, samples: int) -> float | Unavailable:
+    """Samples per second of a step of ``samples`` (the global batch) that takes ``step_s``, or why there is none."""
+    return step_s if isinstance(step_s, Unavailable) else samples / step_s
+
+
+def scaling_efficiency(variant: str, world_size: int, figures: ParallelFigures,
+                       one_rank: ParallelFigures | str | None) -> float | Unavailable:
+    """Weak-scaling efficiency of ddp: samples/s of W ranks over W times the samples/s of one rank.
+
+    The batch per rank is fixed, so W ranks do W times one rank's work: 1.0 is perfect scaling, and what is
+    missing is the all-reduce, the waits for the slowest rank and whatever the ranks share (cores, memory
+    bandwidth, PCIe or NVLink).
+
+    Args:
+        variant: the case's variant (ddp only).
+        world_size: its ranks.
+        figures: its own figures.
+        one_rank: the figures of the same case at one rank, or the reason that case has none (None: not in the
+            grid).
+
+    Returns:
+        The efficiency, or n/a with the reason.
+    """
+    if variant != DDP:
+        return Unavailable("weak scaling is ddp's figure: ranks with a fixed batch each")
+    if world_size == 1:
+        return Unavailable("one rank: the reference of the efficiency")
+    if one_rank is None:
+        return Unavailable("the grid has no 1-rank ddp case to compare with")
+    if isinstance(one_rank, str):
+        return Unavailable(f"the 1-rank ddp case did not run: {one_rank}")
+    for rate in (figures.samples_per_s, one_rank.samples_per_s):
+        if isinstance(rate, Unavailable):
+            return rate
+    assert not isinstance(figures.samples_per_s, Unavailable) and not isinstance(one_rank.samples_per_s, Unavailable)
+    return figures.samples_per_s / (world_size * one_rank.samples_per_s)
+
+
 def _union_seconds(intervals: Sequence[tuple[float, float]]) -> float:
     """Length of the union of [start, end) intervals given in microseconds, in seconds."""
     total, reach = 0.0, float("-inf")
