@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 
 from pitfalls.calibration.published import ERROR_METHOD
 from pitfalls.calibration.table import (
+    COMPILE_SECONDS,
     CUDA_EVENT_TIME,
     CUDA_PEAK_MEMORY,
     CUDA_SYNCS,
@@ -38,6 +39,7 @@ _BY_NAME = {
     "peakmem": PEAK_MEMORY,
     "track_speedup": SPEEDUP,
     "track_sync_hazards": SYNC_HAZARDS,
+    "track_compile_seconds": COMPILE_SECONDS,
     "track_graph_breaks": GRAPH_BREAKS,
     "track_recompiles": RECOMPILES,
     "track_cuda_syncs": CUDA_SYNCS,

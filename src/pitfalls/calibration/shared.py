@@ -3,7 +3,9 @@
 Each check builds a case of the ``calibration`` family (planted costs) with ``benchmarks/common.py``'s ``case``
 and reads it with the function the asv benchmark uses (``step`` under the probes' timer, ``speedup``,
 ``sync_hazards``, ``cuda_peak_mib``, ``cuda_syncs``, ``nvml_window``) or the probe ``pitfalls probe`` uses
-(``compile_probe``), so a fault in any of them shows as a row that misses its planted value.
+(``compile_probe``), so a fault in any of them shows as a row that misses its planted value. The compile-seconds
+row compiles under ``common.cold_compile_cache`` and reads ``CompileReport.compile_s``, as ``common.compile_figures``
+does.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from pitfalls.calibration.suite import suite_module
 from pitfalls.calibration.table import (
+    COMPILE_SECONDS,
     CUDA,
     CUDA_EVENT_TIME,
     CUDA_PEAK_MEMORY,
@@ -38,16 +41,23 @@ from pitfalls.calibration.table import (
     Reading,
 )
 from pitfalls.families import calibration as planted
-from pitfalls.probes.compiled import compile_probe
+from pitfalls.probes.compiled import CompileReport, compile_probe
 from pitfalls.probes.result import Unavailable
 from pitfalls.probes.timing import cuda_event_time, wall_time
 
-__all__ = ["shared_checks"]
+__all__ = ["compile_seconds", "planted_backend", "planted_compile", "shared_checks"]
 
 FAMILY = planted.FAMILY.name
 MIB = 1 << 20
 # Long enough that the last scheduling slice a loaded machine adds to a wait is a small part of it.
 SELF_MS = 20
+# What the planted torch.compile backend takes to compile: well above the jitter of dynamo's own tracing of a tiny
+# function on a loaded 2-core machine (tens of ms), and three pairs of compiles stay within ~2 s.
+COMPILE_MS = 300
+COMPILE_PAIRS = 3
+# Compiles made and thrown away before the pairs: a process's first compiles pay dynamo's own start-up (imports,
+# caches built lazily: up to 2 s for the first, ~0.2 s more for the second), which is no backend's compile time.
+COMPILE_WARMUPS = 2
 
 
 def median_reading(measure: Callable[[str], Reading], times: int = 3) -> Callable[[str], Reading]:
@@ -230,6 +240,84 @@ def _recompiles(s: int) -> Callable[[str], Reading]:
     return measure
 
 
+def _tiny(x: torch.Tensor) -> torch.Tensor:
+    # A few ops on a tiny tensor: one graph, no break, a steady call of microseconds.
+    return (x.sin() * 2 + 1).sum()
+
+
+def planted_backend(ms: float) -> Callable[[torch.fx.GraphModule, list[torch.Tensor]], Callable[..., Any]]:
+    """A torch.compile backend that takes ``ms`` to compile: it computes until ``ms`` have passed on the wall clock,
+    then hands dynamo's graph back to be run eagerly.
+
+    It spins rather than sleeps, as a compiler computes: on a loaded machine the pairs of a sleeping backend read
+    high and wide, 253-833 ms (median 313) where spinning read 284-348 (median 305), 15 pairs each at load 5 on
+    2 cores (the row with a sleep failed 3 runs of 20). The deadline is on the wall clock, so the load does not
+    lengthen the planted part beyond the scheduling slice it ends in.
+
+    Args:
+        ms: the milliseconds its compile takes.
+
+    Returns:
+        The backend, ``backend(graph_module, example_inputs) -> graph_module.forward``, named ``spin_<ms>ms``.
+    """
+
+    def backend(gm: torch.fx.GraphModule, _example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
+        deadline = time.perf_counter() + ms / 1e3
+        while time.perf_counter() < deadline:
+            pass
+        return gm.forward
+
+    backend.__name__ = f"spin_{ms:g}ms"
+    return backend
+
+
+def compile_seconds(report: CompileReport) -> float:
+    """The published figure, ``track_compile_seconds``: `CompileReport.compile_s`."""
+    return report.compile_s
+
+
+def _compiled_figure(ms: float, figure: Callable[[CompileReport], float]) -> float:
+    """The figure of `_tiny` compiled by a backend of ``ms``, as ``common.compile_figures`` compiles a case."""
+    with _common().cold_compile_cache():
+        report = compile_probe(_tiny, lambda n: (torch.ones(n),), [8], backend=planted_backend(ms))
+    return figure(report)
+
+
+def planted_compile(ms: float = COMPILE_MS,
+                    figure: Callable[[CompileReport], float] = compile_seconds) -> Callable[[str], Reading]:
+    """The compile-seconds check: a backend of ``ms`` against the same backend of 0 ms, read by ``figure``.
+
+    Each pair compiles `_tiny` afresh twice, under the suite's cold caches, and takes the difference of the two
+    figures, so that dynamo's own tracing (in both) is not read as the backend's; the pairs alternate which comes
+    first, so that a drift of the machine's load does not pass for a difference. The reading is the median pair.
+
+    Args:
+        ms: the planted backend's compile milliseconds.
+        figure: report -> seconds: the published figure's routine (`compile_seconds`); a test passes a faulty one.
+
+    Returns:
+        ``measure(device) -> Reading`` in ms.
+    """
+
+    def measure(_device: str) -> Reading:
+        for _ in range(COMPILE_WARMUPS):
+            _compiled_figure(0, figure)
+        differences = []
+        for i in range(COMPILE_PAIRS):
+            if i % 2:
+                zero = _compiled_figure(0, figure)
+                differences.append(_compiled_figure(ms, figure) - zero)
+            else:
+                planted = _compiled_figure(ms, figure)
+                differences.append(planted - _compiled_figure(0, figure))
+        shown = ", ".join(f"{d * 1e3:.1f}" for d in differences)
+        return Reading(planted=ms, measured=statistics.median(differences) * 1e3,
+                       detail=f"backend spinning {ms:g} ms against 0 ms, cold caches; median of {COMPILE_PAIRS} "
+                              f"pairs ({shown} ms)")
+
+    return measure
+
+
 def _no_cuda() -> Unavailable | None:
     return None if torch.cuda.is_available() else Unavailable("not run here: no CUDA device")
 
@@ -316,6 +404,8 @@ def shared_checks() -> tuple[Check, ...]:
         Check("sync hazards: 3 planted .item()", (SYNC_HAZARDS,), "ops", 0.0, _sync_hazards(3), why="exact"),
         Check("compile: 2 planted graph breaks", (GRAPH_BREAKS,), "breaks", 0.0, _graph_breaks, why="exact"),
         Check("compile: 3 new shapes recompile", (RECOMPILES,), "graphs", 0.0, _recompiles(3), why="exact"),
+        Check(f"compile: a backend that takes {COMPILE_MS} ms", (COMPILE_SECONDS,), "ms", 0.10, planted_compile(),
+              why="10 %: 24 runs at load 3.4-6.3 on 2 cores read 278-319 ms, median 301 (errors: median 2 %, max 7 %)"),
         Check("cuda: _sleep kernel by CUDA events", (CUDA_EVENT_TIME,), "ms", 0.05, _cuda_event_time, device=CUDA,
               why="5 %"),
         Check("cuda: peak memory of 64 MiB", (CUDA_PEAK_MEMORY,), "MiB", 0.0, _cuda_peak(64), device=CUDA,

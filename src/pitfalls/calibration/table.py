@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pitfalls.probes.result import Unavailable
 
 __all__ = [
+    "COMPILE_SECONDS",
     "CPU",
     "CUDA",
     "CUDA_EVENT_TIME",
@@ -52,6 +53,8 @@ CUDA_SYNCS = "cuda syncs"
 CUDA_EVENT_TIME = "cuda event time"
 CUDA_PEAK_MEMORY = "cuda peak memory"
 GRAPH_BREAKS = "graph breaks"
+# torch.compile time of a case: the first call less a steady call (`CompileReport.compile_s`).
+COMPILE_SECONDS = "compile seconds"
 RECOMPILES = "recompiles"
 NVML_BUSY = "nvml busy"
 # Memory of a process group (pitfalls.probes.group_memory): USS/PSS sums over a root and its descendants.

@@ -91,7 +91,7 @@ class CompileReport:
     """torch.compile figures for one function over a size sweep.
 
     Attributes:
-        backend: the torch.compile backend.
+        backend: the torch.compile backend: its name, or a callable backend's ``__name__``.
         dynamic: the `dynamic=` setting.
         dynamic_note: what that setting does, in words.
         config: the dynamo settings that shape the figures, as (name, value) pairs.
@@ -119,6 +119,24 @@ class CompileReport:
     sweep_first_call_s: tuple[float, ...]
     recompiled_graphs: int
     recompile_reasons: tuple[str, ...]
+
+    @property
+    def compile_s(self) -> float:
+        """Seconds torch.compile took to compile: the first call less a steady call (the suite's compile seconds).
+
+        The first call compiles and then runs the compiled code once; a steady call is that one run alone. Their
+        difference is what compiling cost (dynamo's tracing, the backend's code generation), whatever the
+        function's own run costs.
+        """
+        return self.first_call_s - self.steady_s
+
+
+def _backend_name(backend: str | Callable[..., object]) -> str:
+    """A backend as the report names it: a backend's name, or a callable backend's ``__name__``."""
+    if isinstance(backend, str):
+        return backend
+    check_callable("backend", backend)
+    return str(getattr(backend, "__name__", type(backend).__name__))
 
 
 def _counters() -> Any:
@@ -224,7 +242,7 @@ def compile_probe(
     sizes: Sequence[Any],
     *,
     dynamic: bool | None = None,
-    backend: str = "inductor",
+    backend: str | Callable[..., object] = "inductor",
     steady_calls: int = 5,
     sync: Callable[[], object] = _no_sync,
     clock: Callable[[], float] = time.perf_counter,
@@ -237,7 +255,9 @@ def compile_probe(
         sizes: the sweep (non-empty); the first size is compiled, timed steady-state, and checked for breaks;
             each later size is called once to see whether it recompiles.
         dynamic: torch.compile's `dynamic=` (None, False or True).
-        backend: torch.compile's backend ("inductor"; "eager" or "aot_eager" to see dynamo's behaviour only).
+        backend: torch.compile's backend: a name ("inductor"; "eager" or "aot_eager" to see dynamo's behaviour
+            only) or a callable backend, ``backend(graph_module, example_inputs) -> callable``, as torch.compile
+            accepts.
         steady_calls: calls at the first size, after the first, whose median is `steady_s` (>= 1).
         sync: called around each timed call, e.g. a CUDA synchronize.
         clock: seconds as a float.
@@ -252,6 +272,7 @@ def compile_probe(
     if isinstance(steady_calls, bool) or not isinstance(steady_calls, int) or steady_calls < 1:
         raise ValueError(f"steady_calls must be an int >= 1, got {steady_calls!r}")
     note = dynamic_note(dynamic)
+    name = _backend_name(backend)
 
     compiled = torch.compile(fn, backend=backend, dynamic=dynamic)
 
@@ -268,7 +289,7 @@ def compile_probe(
 
     sweep_times = tuple(timed(tuple(make_inputs(size))) for size in sizes[1:])
     return CompileReport(
-        backend=backend,
+        backend=name,
         dynamic=dynamic,
         dynamic_note=note,
         config=_config(),
