@@ -12,6 +12,7 @@ from pitfalls.calibration.table import (
     CUDA_SYNCS,
     GRAPH_BREAKS,
     NVML_BUSY,
+    NVML_MEMORY,
     PEAK_MEMORY,
     RECOMPILES,
     SPEEDUP,
@@ -45,6 +46,7 @@ _BY_NAME = {
     "track_cuda_syncs": CUDA_SYNCS,
     "track_cuda_peak_memory": CUDA_PEAK_MEMORY,
     "track_gpu_busy": NVML_BUSY,
+    "track_gpu_memory": NVML_MEMORY,
 }
 
 

@@ -32,6 +32,7 @@ from pitfalls.calibration.table import (
     CUDA_SYNCS,
     GRAPH_BREAKS,
     NVML_BUSY,
+    NVML_MEMORY,
     PEAK_MEMORY,
     RECOMPILES,
     SPEEDUP,
@@ -389,6 +390,43 @@ def _nvml_busy(_device: str) -> Reading:
     return Reading(planted=50.0, measured=busy.mean, detail="10 ms kernel, 10 ms idle, NVML utilization")
 
 
+class _Idle:
+    """A call that queues nothing on the GPU: what an NVML window loops while only memory is read."""
+
+    device = torch.device("cuda")
+
+    def __call__(self) -> None:
+        time.sleep(0.010)
+
+
+def _nvml_memory(mib: int) -> Callable[[str], Reading]:
+    def used() -> float | Unavailable:
+        window = _common().nvml_window(_Idle())
+        if isinstance(window, Unavailable):
+            return window
+        memory = window.memory_used_mib
+        return memory if isinstance(memory, Unavailable) else memory.mean
+
+    def measure(_device: str) -> Reading:
+        if (why := _no_cuda()) is not None:
+            return Reading(planted=mib, measured=why)
+        torch.cuda.empty_cache()
+        bare = used()
+        # ones, not empty: the pages are the device's either way (cudaMalloc backs them), and written is the case's.
+        held = torch.ones(mib * MIB, dtype=torch.uint8, device="cuda")
+        holding = used()
+        del held
+        torch.cuda.empty_cache()
+        for reading in (bare, holding):
+            if isinstance(reading, Unavailable):
+                return Reading(planted=mib, measured=reading)
+        assert not isinstance(bare, Unavailable) and not isinstance(holding, Unavailable)
+        return Reading(planted=mib, measured=holding - bare,
+                       detail="NVML device memory used (mean of a window) while the tensor is held, less before")
+
+    return measure
+
+
 def shared_checks() -> tuple[Check, ...]:
     """Every shared check: time, speedup, peak memory, sync hazards, compile, and the CUDA rows."""
     ten = "10 % (the issue's bound for a shared 2-core machine)"
@@ -413,4 +451,6 @@ def shared_checks() -> tuple[Check, ...]:
         Check("cuda: one .item() is one sync", (CUDA_SYNCS,), "syncs", 0.0, _cuda_syncs, device=CUDA, why="exact"),
         Check("cuda: NVML busy half the time", (NVML_BUSY,), "%", 15.0, _nvml_busy, device=CUDA, absolute=True,
               why="15 points: NVML samples 1/6 s to 1 s periods (not yet measured on a GPU)"),
+        Check("cuda: NVML memory of 256 MiB held", (NVML_MEMORY,), "MiB", 0.02, _nvml_memory(256), device=CUDA,
+              why="2 %: the driver backs an allocation in whole pages of up to 2 MiB (not yet measured on a GPU)"),
     )

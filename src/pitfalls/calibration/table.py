@@ -29,6 +29,7 @@ __all__ = [
     "GROUP_MEMORY",
     "SHM_IN_FLIGHT",
     "NVML_BUSY",
+    "NVML_MEMORY",
     "PEAK_MEMORY",
     "RECOMPILES",
     "Reading",
@@ -57,6 +58,7 @@ GRAPH_BREAKS = "graph breaks"
 COMPILE_SECONDS = "compile seconds"
 RECOMPILES = "recompiles"
 NVML_BUSY = "nvml busy"
+NVML_MEMORY = "nvml memory"
 # Memory of a process group (pitfalls.probes.group_memory): USS/PSS sums over a root and its descendants.
 GROUP_MEMORY = "group memory"
 SHM_IN_FLIGHT = "shared memory in flight"
