@@ -37,11 +37,31 @@ def test_every_memory_check_is_the_familys_and_names_a_figure_it_publishes() -> 
     assert figure_names <= own
 
 
-@pytest.mark.parametrize("prefix", ["loader: group peak", "loader: copy-on-write", "loader: metadata growth"])
+@pytest.mark.parametrize("prefix", ["loader: group peak", "loader: copy-on-write", "loader: metadata growth",
+                                    "loader: metadata group USS", "loader: metadata group PSS"])
 def test_each_memory_check_reads_its_planted_answer(prefix: str) -> None:
     check = check_named(prefix)
     row = verdict(check, check.measure("cpu"))
     assert row.verdict == "pass", row
+
+
+def test_the_metadata_rows_read_the_figures_the_benchmark_publishes() -> None:
+    published = {FAMILY.benchmark_figures[m] for m in ("track_worker_growth", "track_group_uss", "track_group_pss")}
+    for prefix in ("loader: metadata growth", "loader: metadata group USS", "loader: metadata group PSS"):
+        check = check_named(prefix)
+        assert check in FAMILY.calibrations
+        (instrument,) = check.instruments
+        assert instrument.removeprefix("loader: ") in published
+
+
+def test_a_group_memory_of_the_main_process_or_of_the_workers_alone_fails_the_metadata_rows() -> None:
+    # The same epochs as the rows read (cached): the faults are in how the group is summed.
+    uss, pss = check_named("loader: metadata group USS"), check_named("loader: metadata group PSS")
+    parent = verdict(uss, calibrations.metadata_reading(lambda e: e.parent_uss, uss.measure("cpu").planted))
+    assert parent.verdict == "fail" and parent.measured < 0.5 * parent.planted, parent
+    # The workers' PSS alone leaves out the main process's original and its share of the buffer no one wrote.
+    workers = verdict(pss, calibrations.metadata_reading(lambda e: sum(e.worker_pss), pss.measure("cpu").planted))
+    assert workers.verdict == "fail" and workers.measured < 0.8 * workers.planted, workers
 
 
 def parent_only(root_pid: int) -> list[group_memory.MemberSample]:

@@ -111,10 +111,10 @@ def test_the_speedup_row_fails_with_both_loaders_live():
 
 def test_every_row_names_the_loader_and_an_instrument_the_family_publishes():
     timing = {check.name: check for check in calibration.CHECKS}
-    # 4 worker counts x 2 sides, 2x, itself at W=0 and 2, the wait share at W=0 and 2
-    assert len(timing) == 13 and set(timing) <= set(CHECKS)
+    # 4 worker counts x 2 sides, 2x, itself at W=0 and 2, the wait share and the crossover at W=0 and 2
+    assert len(timing) == 15 and set(timing) <= set(CHECKS)
     assert {key for check in timing.values() for key in check.instruments} == {
-        calibration.SAMPLES_PER_SECOND, "speedup", calibration.WAIT_SHARE}
+        calibration.SAMPLES_PER_SECOND, "speedup", calibration.WAIT_SHARE, calibration.STARVES_BELOW}
     assert all(check.family == "loader" for check in CHECKS.values())
 
 

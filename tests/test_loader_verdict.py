@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from functools import partial
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from torch.utils.data import Dataset, default_collate
 
 from pitfalls.calibration.table import verdict as judged_row
 from pitfalls.families.loader import ENTRY, FAMILY, epochs, probes, steady, stepcost, timing_checks
+from pitfalls.families.loader import verdict as loader_verdict
 from pitfalls.families.loader.steps import LoaderStep, make_step
 from pitfalls.families.loader.verdict import WAIT_THRESHOLD, judge
 from pitfalls.family import FLOOR, SkipCase
@@ -153,8 +155,31 @@ def test_a_wait_share_that_swaps_the_wait_and_the_step_fails_its_row() -> None:
         return dataclasses.replace(run, wait_s=run.step_s, step_s=run.wait_s)
 
     check = next(c for c in WAIT_CHECKS if "W=0," in c.name)
-    row = judged_row(check, timing_checks.wait_share(0, "cpu", run=swapped))
+    row = judged_row(check, timing_checks.wait_share(0, "cpu", judge=partial(timing_checks.judged, run=swapped)))
     assert row.verdict == "fail", row
+
+
+STARVE_CHECKS = [c for c in timing_checks.CHECKS if c.name.startswith("loader starves below")]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_crossover_reads_its_planted_step_cost(workers: int) -> None:
+    check = next(c for c in STARVE_CHECKS if f"W={workers}," in c.name)
+    assert check in FAMILY.calibrations
+    assert FAMILY.benchmark_figures["track_starves_below"] == loader_verdict.STARVES_BELOW
+    row = judged_row(check, check.measure("cpu"))
+    assert row.verdict == "pass", row
+
+
+def test_a_crossover_read_as_the_workers_pace_without_workers_fails_its_row() -> None:
+    """The fault the row must catch: the with-workers formula, (1 - t) times the period, where loading and the
+    step take turns (then the wait is the loading whatever the step, and the crossover nine times it)."""
+    def as_if_overlapped(workers: int, device: str) -> loader_verdict.Verdict:
+        return dataclasses.replace(timing_checks.judged(workers, device), workers=1)
+
+    check = next(c for c in STARVE_CHECKS if "W=0," in c.name)
+    row = judged_row(check, timing_checks.starves_below(0, "cpu", judge=as_if_overlapped))
+    assert row.verdict == "fail" and row.measured < 0.5 * row.planted, row
 
 
 def test_the_verdict_is_among_the_familys_own_figures() -> None:

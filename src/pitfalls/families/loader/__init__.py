@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from pitfalls.families.loader import memory_checks, probes, steady, timing_checks
+from pitfalls.families.loader import flight_checks, memory_checks, probes, start_checks, steady, timing_checks, verdict
 from pitfalls.families.loader.data import DataFiles, DataSpec, ensure_data
 from pitfalls.families.loader.datasets import (
     DecodedInRam,
@@ -108,7 +108,8 @@ from pitfalls.families.loader.workers import (
 from pitfalls.family import FLOOR
 
 FAMILY = dataclasses.replace(
-    ENTRY, own_figures=probes.own_figures, calibrations=(*timing_checks.CHECKS, *memory_checks.CHECKS),
+    ENTRY, own_figures=probes.own_figures,
+    calibrations=(*timing_checks.CHECKS, *memory_checks.CHECKS, *flight_checks.CHECKS, *start_checks.CHECKS),
     benchmark_figures={
         "track_samples_per_second": probes.SAMPLES_PER_SECOND,
         "track_wait_share": probes.WAIT_SHARE,
@@ -116,6 +117,15 @@ FAMILY = dataclasses.replace(
         "track_uss": probes.PEAK_USS,
         "track_copied_per_item": probes.COPIED_PER_ITEM,
         "track_worker_growth": memory_checks.METADATA_GROWTH,
+        "track_group_uss": memory_checks.METADATA_GROUP_USS,
+        "track_group_pss": memory_checks.METADATA_GROUP_PSS,
+        "track_starves_below": verdict.STARVES_BELOW,
+        "track_bytes_per_batch": probes.BYTES_PER_BATCH,
+        "track_batches_in_flight": probes.BATCHES_IN_FLIGHT,
+        "track_bytes_in_flight": probes.BYTES_IN_FLIGHT,
+        "track_time_to_first_batch": probes.TIME_TO_FIRST_BATCH,
+        "track_epoch_start_fresh": probes.EPOCH_START_FRESH,
+        "track_epoch_start_persistent": probes.EPOCH_START_PERSISTENT,
     },
 )
 
@@ -127,7 +137,8 @@ __all__ = [
     "PackedBytes", "SourceFiles", "Store", "WorkerBoard", "WorkerDied", "batch_bytes", "build", "check_params",
     "collate_encoded", "compare", "data_spec", "decoded_items", "delivered", "differences", "ensure_data",
     "estimate", "float_item", "make_dataset", "make_step", "make_store", "nbytes", "opencv_decoder", "pinned",
-    "memory_checks", "probes", "release_free_heap", "shut_down", "steady", "sigchld_held", "timing_checks",
+    "flight_checks", "memory_checks", "probes", "release_free_heap", "shut_down", "start_checks", "steady",
+    "sigchld_held", "timing_checks", "verdict",
     "torchvision_decoder",
     "uint8_item",
     "usable_cores", "uss_without_batches",

@@ -4,7 +4,8 @@ A case's own loader never ends an epoch (its sampler cycles), so this routine bu
 the same data set, collate function and worker options with a sampler of one epoch, runs a whole epoch, then
 times the next epoch's start: ``iter()`` to its first batch delivered to the device, synchronized. Without
 ``persistent_workers`` the first epoch's workers were shut down at its end and the next ``iter()`` starts new
-ones; with it, the same workers are told to start the epoch. Both values are timed by this one routine.
+ones; with it, the same workers are told to start the epoch. Both values are timed by this one routine
+(`epoch_starts_of`, which the calibration also runs on a step of a planted data set).
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from torch.utils.data import DataLoader, RandomSampler
 
 from pitfalls.devices import synchronize
 from pitfalls.families.loader.entry import ENTRY
-from pitfalls.families.loader.steps import LoaderStep, make_step
+from pitfalls.families.loader.steps import LoaderStep, read_fresh
 from pitfalls.families.loader.workers import shut_down
 from pitfalls.family import FLOOR, SkipCase
 from pitfalls.probes.result import Unavailable
 
-__all__ = ["EpochStarts", "epoch_start", "epoch_starts", "one_epoch_loader"]
+__all__ = ["EpochStarts", "epoch_start", "epoch_starts", "epoch_starts_of", "one_epoch_loader"]
 
 
 @dataclass(frozen=True)
@@ -86,18 +87,26 @@ def epoch_starts(variant: str, device: str, **sizes: Any) -> EpochStarts:
     if variant == FLOOR:
         raise SkipCase("the floor has no loader: its batches are collated once, in RAM")
     where, params = ENTRY.place(variant, device, sizes)
-    step = make_step(variant, where, params, start=False)
-    assert isinstance(step, LoaderStep)
+    return read_fresh(variant, where, params, epoch_starts_of, start=False)
+
+
+def epoch_starts_of(step: LoaderStep) -> EpochStarts:
+    """Time to the first batch of an epoch, persistent_workers off and on, of loaders like a built step's.
+
+    Args:
+        step: a loader step; its own iterator is not used (each figure has a loader of its own, `one_epoch_loader`),
+            only its data set, collate function, worker options and delivery to the device.
+
+    Returns:
+        Both epoch starts, seconds; ``persistent`` is n/a without workers.
+    """
 
     def deliver(batch: Any) -> None:
         step.deliver(batch)
         synchronize(step.device)
 
-    try:
-        fresh = epoch_start(one_epoch_loader(step, persistent=False), deliver)
-        persistent: float | Unavailable = Unavailable("persistent_workers needs num_workers > 0")
-        if params["num_workers"]:
-            persistent = epoch_start(one_epoch_loader(step, persistent=True), deliver)
-        return EpochStarts(fresh, persistent)
-    finally:
-        step.close()
+    fresh = epoch_start(one_epoch_loader(step, persistent=False), deliver)
+    persistent: float | Unavailable = Unavailable("persistent_workers needs num_workers > 0")
+    if step.params["num_workers"]:
+        persistent = epoch_start(one_epoch_loader(step, persistent=True), deliver)
+    return EpochStarts(fresh, persistent)

@@ -6,7 +6,10 @@
 - Copy-on-write per item read (`probes.copy_on_write_of`): every item a worker reads writes one byte in each of K
   pages of a buffer the main process holds, fresh pages for every read, so each read copies exactly K pages.
 - The workers' growth over an epoch (issue 13246's figure, `metadata.epoch_memory`): each worker writes one byte in
-  every page of an N MiB buffer of the main process once; its growth is N MiB more than without the buffer.
+  every page of an N MiB buffer of the main process once; its growth is N MiB more than without the buffer. From
+  the same epochs, the group's USS at the epoch's end grows by (W + 1) x N (each worker's copy, and the main
+  process's original, no longer shared with anyone), and its PSS by that plus S, a second buffer of S MiB the
+  workers never write: shared by the W + 1 processes since the fork, counted once in PSS and in no one's USS.
 
 Each planted item is a tiny uint8 image and mask, delivered and trained on like the ``uint8`` rung's.
 """
@@ -14,6 +17,9 @@ Each planted item is a tiny uint8 image and mask, delivered and trained on like 
 from __future__ import annotations
 
 import mmap
+import statistics
+from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -24,6 +30,7 @@ from pitfalls.calibration.table import Check, Reading, own_instrument
 from pitfalls.families.loader import metadata
 from pitfalls.families.loader.entry import ENTRY
 from pitfalls.families.loader.memory import group_peak
+from pitfalls.families.loader.metadata import EpochMemory
 from pitfalls.families.loader.probes import COPIED_PER_ITEM, PEAK_PSS, PEAK_USS, copy_on_write_of
 from pitfalls.families.loader.steps import LoaderStep
 from pitfalls.probes.group_memory import GroupMemory
@@ -40,8 +47,14 @@ PAGES_PER_ITEM = 64
 COPY_ITEMS = 128
 SIZE = 8
 
-# The metadata benchmark's figure (the others are `probes.own_figures`' names).
+# Never written by the workers: large against the main process's own moves between two epochs (a MiB or two).
+SHARED_MIB = 64
+METADATA_PAIRS = 3
+
+# The metadata benchmark's figures (the others are `probes.own_figures`' names).
 METADATA_GROWTH = "metadata: worker growth over an epoch"
+METADATA_GROUP_USS = "metadata: group USS at the epoch's end"
+METADATA_GROUP_PSS = "metadata: group PSS at the epoch's end"
 
 
 def _item(index: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -86,10 +99,12 @@ class CopiedPerRead(Dataset[Any]):
 
 
 class WrittenOnce(Dataset[Any]):
-    """Each worker, at its first item, writes one byte in every page of a buffer the main process holds."""
+    """Each worker, at its first item, writes one byte in every page of a buffer the main process holds; a second
+    buffer of ``shared_mib``, also the main process's, no one writes after the fork."""
 
-    def __init__(self, planted_mib: int, items: int = 400) -> None:
+    def __init__(self, planted_mib: int, items: int = 400, shared_mib: int = 0) -> None:
         self.buffer = np.ones(planted_mib * MIB, dtype=np.uint8)
+        self.shared = np.ones(shared_mib * MIB, dtype=np.uint8)
         self.items = items
         self.written = False
 
@@ -153,15 +168,44 @@ def measure_copied_per_item(_device: str) -> Reading:
                    f"{growth.items_read} items read by {len(growth.window)} workers after their first batch")
 
 
+def planted_epochs(pairs: int = METADATA_PAIRS) -> list[tuple[EpochMemory, EpochMemory]]:
+    """Pairs of epochs through `metadata.epoch_memory` (issue 13246's figures): `WrittenOnce` with ``GROWTH_MIB``
+    written and ``SHARED_MIB`` left shared, then the same with neither buffer."""
+
+    def epoch(planted_mib: int, shared_mib: int) -> EpochMemory:
+        return metadata.epoch_memory(WrittenOnce(planted_mib, shared_mib=shared_mib), workers=WORKERS, batch=50,
+                                     collate=metadata.collate_rows)
+
+    return [(epoch(GROWTH_MIB, SHARED_MIB), epoch(0, 0)) for _ in range(pairs)]
+
+
+# The three metadata rows read one set of epochs, as the benchmark reads its three figures from one epoch.
+_epochs_once = cache(planted_epochs)
+
+
+def metadata_reading(read: Callable[[EpochMemory], float], planted: float,
+                     epochs: Callable[[], list[tuple[EpochMemory, EpochMemory]]] = _epochs_once) -> Reading:
+    """How much more ``read`` (bytes) gives with the buffers than without: the median of the pairs, in MiB."""
+    grown = [(read(with_buffers) - read(bare)) / MIB for with_buffers, bare in epochs()]
+    return Reading(planted, statistics.median(grown),
+                   f"{WORKERS} workers, epochs of 400 items; median of {len(grown)} pairs "
+                   f"({', '.join(f'{g:.1f}' for g in grown)})")
+
+
 def measure_metadata_growth(_device: str) -> Reading:
     """Each worker writes every page of an N MiB buffer once: its growth over the epoch is N MiB more than
     without the buffer."""
+    return metadata_reading(lambda e: e.mean_growth, GROWTH_MIB)
 
-    def growth(planted_mib: int) -> float:
-        return metadata.epoch_memory(WrittenOnce(planted_mib), workers=WORKERS, batch=50,
-                                     collate=metadata.collate_rows).mean_growth
 
-    return Reading(GROWTH_MIB, (growth(GROWTH_MIB) - growth(0)) / MIB, f"{WORKERS} workers, one epoch of 400 items")
+def measure_metadata_uss(_device: str) -> Reading:
+    """The group's USS at the epoch's end: W copies of the written buffer, and the main process's original."""
+    return metadata_reading(lambda e: e.group_uss, (WORKERS + 1) * GROWTH_MIB)
+
+
+def measure_metadata_pss(_device: str) -> Reading:
+    """The group's PSS at the epoch's end: as its USS, plus the buffer no one wrote, once."""
+    return metadata_reading(lambda e: e.group_pss, (WORKERS + 1) * GROWTH_MIB + SHARED_MIB)
 
 
 CHECKS = (
@@ -175,4 +219,10 @@ CHECKS = (
     Check(f"loader: metadata growth, {GROWTH_MIB} MiB per worker", (own_instrument("loader", METADATA_GROWTH),),
           "MiB", 0.05, measure_metadata_growth, family="loader",
           why="the planted copy is exact and the rest of the epoch is the same on both sides"),
+    Check(f"loader: metadata group USS, {WORKERS} workers x {GROWTH_MIB} MiB written",
+          (own_instrument("loader", METADATA_GROUP_USS),), "MiB", 0.05, measure_metadata_uss, family="loader",
+          why="read 143.9-146.3 for 144 here: the main process's own moves between epochs, a MiB or two"),
+    Check(f"loader: metadata group PSS, {SHARED_MIB} MiB shared", (own_instrument("loader", METADATA_GROUP_PSS),),
+          "MiB", 0.05, measure_metadata_pss, family="loader",
+          why="read 208.0-209.8 for 208 here; a PSS counting a shared page per sharer would read 336"),
 )

@@ -7,7 +7,12 @@ where RSS would count a page shared by three processes three times. The peak fig
 sampled in the background during the run (`memory.group_peak`). Batches that wait in the workers' queue
 are in neither sum: a worker collates each batch into a torch shared-memory segment and hands over its file
 descriptor, so the in-flight figure finds the segments through ``/proc/PID/fd`` and ``/proc/PID/maps`` of the main
-process and its workers (`torch_shared_segments`), each counted once.
+process and its workers (the shared, calibrated `pitfalls.probes.group_memory.shm_segments`), each counted once.
+
+Each figure that runs a loader has a ``*_of(step)`` form that reads it from a built step (`in_flight_of`,
+`time_to_first_batch_of`, `copy_on_write_of`, `batch_nbytes`, `epochs.epoch_starts_of`): the published figure
+builds the case's step and calls it, and the calibration (`flight_checks`, `start_checks`, `memory_checks`) calls
+the same routine on a step of a planted data set.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,10 +32,10 @@ from pitfalls.families.loader.entry import ENTRY
 from pitfalls.families.loader.epochs import epoch_starts
 from pitfalls.families.loader.memory import group_peak
 from pitfalls.families.loader.sizes import nbytes
-from pitfalls.families.loader.steps import BatchStep, LoaderStep, make_step
-from pitfalls.families.loader.verdict import judge
+from pitfalls.families.loader.steps import BatchStep, LoaderStep, read_fresh
+from pitfalls.families.loader.verdict import STARVES_BELOW, judge
 from pitfalls.family import FLOOR, SkipCase
-from pitfalls.probes.group_memory import GroupMemory
+from pitfalls.probes.group_memory import GroupMemory, shm_segments
 from pitfalls.probes.result import Unavailable
 
 _MIB = 2**20
@@ -71,11 +76,7 @@ def batch_nbytes(step: BatchStep) -> int:
 def bytes_per_batch(variant: str, device: str, **sizes: Any) -> int:
     """Bytes of the first batch of a fresh loader, from its tensors (no warm-up: the size does not change)."""
     where, params = case_params(variant, device, sizes)
-    step = make_step(variant, where, params)
-    try:
-        return batch_nbytes(step)
-    finally:
-        step.close()
+    return read_fresh(variant, where, params, batch_nbytes)
 
 
 def time_to_first_batch(variant: str, device: str, **sizes: Any) -> float:
@@ -85,14 +86,27 @@ def time_to_first_batch(variant: str, device: str, **sizes: Any) -> float:
     what every new iterator pays (each epoch, without ``persistent_workers``).
     """
     where, params = case_params(variant, device, sizes)
-    step = make_step(variant, where, params, start=False)
-    try:
-        started = time.perf_counter()
-        step.start()
-        _synced(step)
-        return time.perf_counter() - started
-    finally:
-        step.close()
+    return read_fresh(variant, where, params, time_to_first_batch_of, start=False)
+
+
+def time_to_first_batch_of(step: BatchStep) -> float:
+    """Seconds from starting a built, not yet started step to its first batch consumed on the device, synchronized.
+
+    Args:
+        step: built with ``start=False`` (its workers start inside the timed span).
+
+    Returns:
+        Seconds from ``step.start()`` to the first call's end.
+
+    Raises:
+        ValueError: the step's loader was started already (its workers' start would be missing from the span).
+    """
+    if isinstance(step, LoaderStep) and step.iterator is not None:
+        raise ValueError(f"{step.variant}: the step was started before the clock; build it with start=False")
+    started = time.perf_counter()
+    step.start()
+    _synced(step)
+    return time.perf_counter() - started
 
 
 def peak_memory(variant: str, device: str, *, batches: int | None = None, **sizes: Any) -> GroupMemory:
@@ -112,11 +126,7 @@ def peak_memory(variant: str, device: str, *, batches: int | None = None, **size
     where, params = case_params(variant, device, sizes)
     in_flight = params["num_workers"] * params["prefetch_factor"]
     count = batches or max(3, math.ceil(params["items"] / params["batch"]) + in_flight)
-    step = make_step(variant, where, params, check_cores=False)
-    try:
-        return group_peak(step, count)
-    finally:
-        step.close()
+    return read_fresh(variant, where, params, lambda step: group_peak(step, count), check_cores=False)
 
 
 @dataclass(frozen=True)
@@ -150,41 +160,21 @@ class InFlight:
         return self.workers * self.prefetch_factor * self.bytes_per_batch
 
 
-def torch_shared_segments(pids: Sequence[int]) -> dict[int, int]:
-    """torch's shared-memory segments that ``pids`` hold open or mapped: inode -> bytes, each segment once.
-
-    A worker collates a batch into a segment of ``/dev/shm`` (named ``torch_*``, unlinked at once) and passes
-    its file descriptor on; until the main process consumes the batch, a worker or the main process holds it.
-    Reads ``/proc/PID/fd`` and ``/proc/PID/maps`` (Linux); a process that has exited holds nothing.
-    """
-    segments: dict[int, int] = {}
-    for pid in pids:
-        try:
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                path = f"/proc/{pid}/fd/{fd}"
-                try:
-                    if "/torch_" in os.readlink(path):
-                        stat = os.stat(path)
-                        segments[stat.st_ino] = max(segments.get(stat.st_ino, 0), stat.st_size)
-                except OSError:  # closed between listing and reading
-                    continue
-            with open(f"/proc/{pid}/maps", encoding="utf-8") as maps:
-                for line in maps:
-                    fields = line.split()
-                    if len(fields) >= 6 and "/torch_" in fields[5]:
-                        low, high = (int(x, 16) for x in fields[0].split("-"))
-                        inode = int(fields[4])
-                        segments[inode] = max(segments.get(inode, 0), high - low)
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-    return segments
-
-
 def _settle(made: Callable[[], int], expected: int, deadline_s: float) -> None:
     """Wait until ``made()`` reaches ``expected`` or ``deadline_s`` passes (then the figure shows the shortfall)."""
     deadline = time.monotonic() + deadline_s
     while made() < expected and time.monotonic() < deadline:
         time.sleep(SETTLE_POLL_S)
+
+
+# Reads the shared-memory segments a set of processes holds: inode -> bytes, each once (`shm_segments`).
+Segments = Callable[[Iterable[int]], dict[int, int]]
+
+
+def _nothing_in_flight(variant: str, workers: int) -> None:
+    if variant == FLOOR or workers == 0:
+        raise SkipCase(f"nothing is in flight {'for the floor' if variant == FLOOR else 'with num_workers=0'}: "
+                       "batches are made on demand in the main process")
 
 
 def in_flight(variant: str, device: str, *, consumed: int = 2, **sizes: Any) -> InFlight:
@@ -197,42 +187,64 @@ def in_flight(variant: str, device: str, *, consumed: int = 2, **sizes: Any) -> 
         SkipCase: no workers (batches are made on demand, nothing is in flight), the floor, or no room.
     """
     where, params = case_params(variant, device, sizes)
+    _nothing_in_flight(variant, params["num_workers"])
+    return read_fresh(variant, where, params, lambda step: in_flight_of(step, consumed=consumed), check_cores=False,
+                      start=False)
+
+
+def in_flight_of(step: LoaderStep, *, consumed: int = 2, segments: Segments = shm_segments) -> InFlight:
+    """The in-flight figures of a built, not yet started loader step (its parameters are ``step.params``).
+
+    Starts it, takes ``consumed`` batches (`batch_nbytes` sizes each), waits until the workers have made the
+    ``num_workers x prefetch_factor`` batches DataLoader asks of them ahead, then reads the shared-memory segments
+    of the main process and the workers until two readings agree.
+
+    Args:
+        step: built with ``start=False``, so that the segments this process holds before are told apart.
+        consumed: batches to take before the loader rests.
+        segments: the segment reader (`shm_segments`, the calibrated shared instrument).
+
+    Returns:
+        The `InFlight` figures; ``measured_bytes`` is n/a for pinned batches.
+
+    Raises:
+        SkipCase: no workers.
+        ValueError: the step was started already.
+    """
+    params = step.params
     workers = params["num_workers"]
-    if variant == FLOOR or workers == 0:
-        raise SkipCase(f"nothing is in flight {'for the floor' if variant == FLOOR else 'with num_workers=0'}: "
-                       "batches are made on demand in the main process")
-    step = make_step(variant, where, params, check_cores=False, start=False)
-    assert isinstance(step, LoaderStep)
-    try:
-        # Segments this process maps already (another loader's batches still referenced) are not this loader's.
-        earlier = set(torch_shared_segments([os.getpid()]))
-        step.start()
-        per_batch = 0
-        for _ in range(consumed):
-            per_batch = nbytes(step.next_batch())
-        expected = consumed + workers * params["prefetch_factor"]
-        _settle(step.board.batches_made, expected, deadline_s=float(params["timeout"] or 120))
+    _nothing_in_flight(step.variant, workers)
+    if step.iterator is not None:
+        raise ValueError(f"{step.variant}: the step was started before its segments were told apart; build it with "
+                         "start=False")
+    # Segments this process maps already (another loader's batches still referenced, the workers' board made with
+    # the step) are not this loader's batches.
+    earlier = set(segments([os.getpid()]))
+    step.start()
+    per_batch = 0
+    for _ in range(consumed):
+        per_batch = batch_nbytes(step)
+    expected = consumed + workers * params["prefetch_factor"]
+    _settle(step.board.batches_made, expected, deadline_s=float(params["timeout"] or 120))
 
-        def held_now() -> int:
-            segments = torch_shared_segments([os.getpid(), *step.worker_pids()])
-            return sum(size for inode, size in segments.items() if inode not in earlier)
+    def held_now() -> int:
+        found = segments([os.getpid(), *step.worker_pids()])
+        return sum(size for inode, size in found.items() if inode not in earlier)
 
-        # The last batches made may still be on their way into shared memory (a queue's feeder thread hands each
-        # over): read until two readings agree, so a busy machine does not catch one half-way.
-        held, deadline = held_now(), time.monotonic() + float(params["timeout"] or 120)
-        while time.monotonic() < deadline:
-            time.sleep(HAND_OVER_S)
-            again = held_now()
-            if again == held:
-                break
-            held = again
-        measured: int | Unavailable = held
-        if step.pin:
-            measured = Unavailable("pinned batches: the pin thread holds copies in page-locked memory of the main "
-                                   "process, which no /proc reading tells apart from its other memory")
-        return InFlight(step.board.batches_made() - consumed, measured, per_batch, workers, params["prefetch_factor"])
-    finally:
-        step.close()
+    # The last batches made may still be on their way into shared memory (a queue's feeder thread hands each
+    # over): read until two readings agree, so a busy machine does not catch one half-way.
+    held, deadline = held_now(), time.monotonic() + float(params["timeout"] or 120)
+    while time.monotonic() < deadline:
+        time.sleep(HAND_OVER_S)
+        again = held_now()
+        if again == held:
+            break
+        held = again
+    measured: int | Unavailable = held
+    if step.pin:
+        measured = Unavailable("pinned batches: the pin thread holds copies in page-locked memory of the main "
+                               "process, which no /proc reading tells apart from its other memory")
+    return InFlight(step.board.batches_made() - consumed, measured, per_batch, workers, params["prefetch_factor"])
 
 
 @dataclass(frozen=True)
@@ -286,12 +298,8 @@ def copy_on_write(variant: str, device: str, *, epochs: int = 1, **sizes: Any) -
     if params["start_method"] != "fork":
         raise SkipCase(f"start_method={params['start_method']!r} workers get a pickled copy of the data set, not "
                        "the parent's pages: nothing is copied on write")
-    step = make_step(variant, where, params, check_cores=False, measure_uss=True)
-    assert isinstance(step, LoaderStep)
-    try:
-        return copy_on_write_of(step, epochs)
-    finally:
-        step.close()
+    return read_fresh(variant, where, params, lambda step: copy_on_write_of(step, epochs), check_cores=False,
+                      measure_uss=True)
 
 
 def copy_on_write_of(step: LoaderStep, epochs: int = 1) -> CopyOnWrite:
@@ -337,6 +345,12 @@ WAIT_SHARE = "wait share in next()"
 PEAK_PSS = "peak PSS, main + workers"
 PEAK_USS = "peak USS, main + workers"
 COPIED_PER_ITEM = "copied per item read (copy-on-write)"
+BYTES_PER_BATCH = "bytes per batch"
+BATCHES_IN_FLIGHT = "batches in flight"
+BYTES_IN_FLIGHT = "bytes in flight"
+TIME_TO_FIRST_BATCH = "time to first batch"
+EPOCH_START_FRESH = "epoch start, persistent_workers off"
+EPOCH_START_PERSISTENT = "epoch start, persistent_workers on"
 
 
 def own_figures(case: Any) -> list[tuple[str, Any, str, str]]:
@@ -358,20 +372,20 @@ def own_figures(case: Any) -> list[tuple[str, Any, str, str]]:
         (SAMPLES_PER_SECOND, run.samples_per_second, "samples/s",
          "loading, copy to the device, normalize and the model step, synchronized"),
         (WAIT_SHARE, judged.wait_share, "share", judged.describe()),
-        ("starves the device below", part(judged.starves_below_s, lambda s: s * 1e3), "ms",
+        (STARVES_BELOW, part(judged.starves_below_s, lambda s: s * 1e3), "ms",
          f"the step cost (model_ms={sizes.get('model_ms')} adds to the model step) below which the wait share "
          f"exceeds {judged.threshold:.0%}"),
-        ("bytes per batch", bytes_per_batch(variant, device, **sizes), "bytes", "from the tensors handed over"),
-        ("time to first batch", _or_reason(lambda: time_to_first_batch(variant, device, **sizes)), "s",
+        (BYTES_PER_BATCH, bytes_per_batch(variant, device, **sizes), "bytes", "from the tensors handed over"),
+        (TIME_TO_FIRST_BATCH, _or_reason(lambda: time_to_first_batch(variant, device, **sizes)), "s",
          "a fresh loader, its workers' start included"),
-        ("epoch start, persistent_workers off", part(starts, lambda e: e.fresh), "s",
+        (EPOCH_START_FRESH, part(starts, lambda e: e.fresh), "s",
          "the next epoch's first batch: new workers"),
-        ("epoch start, persistent_workers on", part(starts, lambda e: e.persistent), "s",
+        (EPOCH_START_PERSISTENT, part(starts, lambda e: e.persistent), "s",
          "the next epoch's first batch: the same workers"),
         (PEAK_PSS, part(memory, lambda m: m.peak_pss / MIB), "MiB", "a shared page counted once"),
         (PEAK_USS, part(memory, lambda m: m.peak_uss / MIB), "MiB", "pages private to one process"),
-        ("batches in flight", part(flight, lambda f: f.batches), "batches", "made ahead of the consumer, at rest"),
-        ("bytes in flight", part(flight, lambda f: part(f.measured_bytes, lambda b: b / MIB)), "MiB",
+        (BATCHES_IN_FLIGHT, part(flight, lambda f: f.batches), "batches", "made ahead of the consumer, at rest"),
+        (BYTES_IN_FLIGHT, part(flight, lambda f: part(f.measured_bytes, lambda b: b / MIB)), "MiB",
          formulas if isinstance(formulas, str) else ""),
         (COPIED_PER_ITEM, part(growth, lambda g: part(g.per_item, lambda b: b / 1024)),
          "KiB/item",

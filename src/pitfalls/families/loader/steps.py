@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -35,6 +35,8 @@ from pitfalls.families.loader.workers import (
 )
 from pitfalls.family import FLOOR, SkipCase
 from pitfalls.probes import pagecache
+
+T = TypeVar("T")
 
 
 def pinned(variant: str, device: torch.device, params: Mapping[str, Any]) -> bool:
@@ -328,4 +330,25 @@ def make_step(variant: str, device: torch.device, params: Mapping[str, Any], *, 
         return FloorStep(device, params)
     return LoaderStep(variant, device, params, start=start, measure_uss=measure_uss, decoder=decoder,
                       consume=consume, source=source)
+
+
+def read_fresh(variant: str, device: torch.device, params: Mapping[str, Any], read: Callable[[Any], T],
+               **options: Any) -> T:
+    """Build a case's step for one reading, read it, and close the step (its workers) whatever the reading raised.
+
+    Args:
+        variant: one of `VARIANTS` or ``"floor"``.
+        device: where batches are delivered.
+        params: every parameter of the family, resolved.
+        read: the figure's routine on a built step (with ``start=False`` it starts the loader itself).
+        **options: `make_step`'s.
+
+    Returns:
+        What ``read`` returned.
+    """
+    step = make_step(variant, device, params, **options)
+    try:
+        return read(step)
+    finally:
+        step.close()
 

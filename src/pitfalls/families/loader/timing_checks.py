@@ -12,7 +12,10 @@ routines the published figures use: `probes.samples_per_second` and `steady.bloc
 - ``naive`` against itself reads 1.00, with and without workers;
 - the share of each batch spent waiting in ``next()`` (the verdict's figure, `verdict.judge` of a `steady.run`)
   is ``B p / (B p + m)`` without workers (loading and the step take turns) and ``(B p / W - m) / (B p / W)`` with
-  W workers when the producer is the slower side (the step waits for the rest of each period).
+  W workers when the producer is the slower side (the step waits for the rest of each period);
+- the step cost below which the loader starves the device (the verdict's crossover, from the same run) is
+  ``B p (1 - t) / t`` without workers (the wait is the loading, whatever the step) and ``(1 - t) B p / W`` with W
+  workers, producer-bound (the workers' pace), for the verdict's threshold ``t``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 
 import torch
 from torch import Tensor
@@ -30,10 +33,12 @@ from pitfalls.calibration.table import SPEEDUP, Check, Reading, own_instrument
 from pitfalls.families.loader import probes, steady, verdict
 from pitfalls.families.loader.entry import ENTRY, NAME
 from pitfalls.families.loader.steps import BatchStep, make_step
+from pitfalls.probes.result import Unavailable
 from pitfalls.probes.timing import BLOCKED_SECONDS, blocked_speedup
 
 SAMPLES_PER_SECOND = own_instrument(NAME, probes.SAMPLES_PER_SECOND)
 WAIT_SHARE = own_instrument(NAME, probes.WAIT_SHARE)
+STARVES_BELOW = own_instrument(NAME, verdict.STARVES_BELOW)
 BATCH = 4
 ITEMS = 64
 PIXELS = 8
@@ -153,17 +158,40 @@ def planted_wait_share(workers: int, per_item_ms: float, step_ms: float) -> floa
     return (period_ms - step_ms) / period_ms
 
 
-def wait_share(workers: int, device: str, run: Callable[[BatchStep], steady.Steady] = steady.run) -> Reading:
-    """The wait share of a producer-bound planted pair (the producer's batch twice the step, per worker), read by
-    the verdict from ``run``'s steady state (the published figure's routine)."""
-    cost = per_item_ms(workers, "producer")
-    step = planted_step(workers, cost, STEP_MS, device)
+def planted_starves_below_ms(workers: int, per_item_ms: float, threshold: float = verdict.WAIT_THRESHOLD) -> float:
+    """The step cost (ms) below which a planted producer starves the step (see the module's docstring)."""
+    load_ms = BATCH * per_item_ms
+    return load_ms * (1 - threshold) / threshold if workers == 0 else (1 - threshold) * load_ms / workers
+
+
+def judged(workers: int, device: str, run: Callable[[BatchStep], steady.Steady] = steady.run) -> verdict.Verdict:
+    """The verdict (`verdict.judge`) of a producer-bound planted pair (the producer's batch twice the step, per
+    worker), from ``run``'s steady state: the published figures' routine."""
+    step = planted_step(workers, per_item_ms(workers, "producer"), STEP_MS, device)
     try:
-        measured = verdict.judge(run(step), workers).wait_share
+        return verdict.judge(run(step), workers)
     finally:
         step.close()
-    return Reading(planted_wait_share(workers, cost, STEP_MS), measured,
+
+
+# The wait share and the crossover of one planted pair come from one run, as the published figures do.
+_judged_once = cache(judged)
+
+
+def wait_share(workers: int, device: str, judge: Callable[[int, str], verdict.Verdict] = _judged_once) -> Reading:
+    """The wait share of the producer-bound planted pair (`judged`)."""
+    cost = per_item_ms(workers, "producer")
+    return Reading(planted_wait_share(workers, cost, STEP_MS), judge(workers, device).wait_share,
                    f"W={workers}, {cost:g} ms per item, batch {BATCH}, step {STEP_MS:g} ms")
+
+
+def starves_below(workers: int, device: str, judge: Callable[[int, str], verdict.Verdict] = _judged_once) -> Reading:
+    """The step cost (ms) below which the producer-bound planted pair (`judged`) starves the step."""
+    cost = per_item_ms(workers, "producer")
+    measured = judge(workers, device).starves_below_s
+    return Reading(planted_starves_below_ms(workers, cost),
+                   measured if isinstance(measured, Unavailable) else measured * 1e3,
+                   f"W={workers}, {cost:g} ms per item, batch {BATCH}, threshold {verdict.WAIT_THRESHOLD:.0%}")
 
 
 def _check(name: str, instrument: str, unit: str, tolerance: float, measure: Callable[[str], Reading],
@@ -194,11 +222,20 @@ def checks() -> tuple[Check, ...]:
     for workers in (0, 2):
         rows.append(_check(f"loader wait share: W={workers}, producer-bound", WAIT_SHARE, "share", 0.10,
                            partial(_wait_on, workers), "the verdict's figure; sleeps, spread measured here"))
+    # From the same runs. Without workers the crossover is the wait times (1 - t) / t = 9, so the loader's own few ms
+    # per batch count nine times against the planted 100 ms of loading: read 2.1 % high here (1.6 % with W=2).
+    for workers in (0, 2):
+        rows.append(_check(f"loader starves below: W={workers}, producer-bound", STARVES_BELOW, "ms", 0.10,
+                           partial(_starves_on, workers), "the verdict's crossover, from the wait share's run"))
     return tuple(rows)
 
 
 def _wait_on(workers: int, device: str) -> Reading:
     return wait_share(workers, device)
+
+
+def _starves_on(workers: int, device: str) -> Reading:
+    return starves_below(workers, device)
 
 
 def _throughput_on(workers: int, side: str, device: str) -> Reading:
@@ -212,5 +249,6 @@ def _self_on(workers: int, device: str) -> Reading:
 CHECKS: tuple[Check, ...] = checks()
 
 __all__ = ["CHECKS", "SleepingItems", "SleepingStep", "known_speedup", "planted_rate", "planted_step",
-           "planted_wait_share", "self_speedup", "throughput", "wait_share"]
+           "planted_starves_below_ms", "planted_wait_share", "self_speedup", "starves_below", "throughput", "judged",
+           "wait_share"]
 

@@ -22,14 +22,16 @@ from typing import Any
 
 from pitfalls.families.loader import steady
 from pitfalls.families.loader.entry import ENTRY
-from pitfalls.families.loader.steps import make_step
+from pitfalls.families.loader.steps import read_fresh
 from pitfalls.probes.result import Unavailable
 
-__all__ = ["MODEL_MS", "WAIT_THRESHOLD", "Verdict", "judge", "verdict"]
+__all__ = ["MODEL_MS", "STARVES_BELOW", "WAIT_THRESHOLD", "Verdict", "judge", "verdict"]
 
 # The share of a batch's time the step may wait in next() and still be step-bound (``pitfalls scan-loader`` judges
 # by it too): sleep-planted step-bound pipelines read under 2 % on this 2-core machine.
 WAIT_THRESHOLD = 0.10
+# The name `probes.own_figures` gives `Verdict.starves_below_s` (and the asv method that publishes it).
+STARVES_BELOW = "starves the device below"
 # The model_ms values each grid sweeps in the verdict (milliseconds of planted step cost; 0: the model step alone).
 MODEL_MS: dict[str, tuple[int, ...]] = {"quick": (0,), "full": (0, 2, 10, 50)}
 
@@ -101,8 +103,4 @@ def verdict(variant: str, device: str, **sizes: Any) -> Verdict:
         SkipCase: the case cannot run here (more workers than cores, no device, no room).
     """
     where, params = ENTRY.place(variant, device, sizes)
-    step = make_step(variant, where, params)
-    try:
-        return judge(steady.run(step), step.prefetching_workers)
-    finally:
-        step.close()
+    return read_fresh(variant, where, params, lambda step: judge(steady.run(step), step.prefetching_workers))

@@ -1,0 +1,201 @@
+"""Known answers for the loader's start figures: a planted cost of starting a worker, read as a difference.
+
+The planted data set sleeps ``d`` ms at the first item each process reads and returns the others at once (tiny
+uint8 items). A process knows it has read by its pid, so a worker forked from a parent that has read (or not)
+still sleeps at its own first item, and a persistent worker, which keeps its pid, sleeps only once. With W = 2
+workers, batches of 4 and 8 items (an epoch is one batch per worker), through the published figures' routines:
+
+- time to first batch (`probes.time_to_first_batch_of`): the first batch is worker 0's, whose first item sleeps:
+  ``d`` more than the same plant with ``d`` = 0;
+- epoch start, persistent_workers off (`epochs.epoch_starts_of`): the next epoch starts new workers, whose first
+  item sleeps again: ``d`` more;
+- epoch start, persistent_workers on: the same workers, which have read already: 0 more.
+
+Each is the median of `PAIRS` differences, the planted and the bare loader read in turn, after one bare reading
+thrown away (a process's first loader pays one-time costs of its own). The difference cancels what both sides
+pay: forking the workers, their imports, the queues, the copy to the device.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch.utils.data import Dataset, default_collate
+
+from pitfalls.calibration.table import Check, Reading, own_instrument
+from pitfalls.families.loader import epochs, probes
+from pitfalls.families.loader.entry import ENTRY, NAME
+from pitfalls.families.loader.epochs import EpochStarts
+from pitfalls.families.loader.flight_checks import OneRun
+from pitfalls.families.loader.steps import LoaderStep, make_step
+from pitfalls.probes.result import Unavailable
+
+__all__ = ["CHECKS", "DELAY_MS", "GROWTH_TOLERANCE", "PAIRS", "STILL_TOLERANCE_MS", "WORKERS", "EpochRun",
+           "FirstReadSleeps", "StartGrowth", "first_batch", "paired_growth", "planted_step", "start_checks"]
+
+WORKERS = 2
+BATCH = 4
+ITEMS = 8
+PIXELS = 8
+# The planted start cost, large against what starting two workers varies by on 2 shared cores. At load 4-5 a bare
+# loader's first batch took 80-360 ms and one pair's difference varied by 40-55 ms (sd); the median of 5 pairs by
+# about 20 ms, and it read 10-20 ms short of the plant (work the bare loader's first batch competes with for a core
+# is done while the planted worker sleeps), whatever the plant. At 300 ms the medians of 5 pairs read -21 to +16 %;
+# at 600 ms, over 36 of them (26 sliding windows of 5 over 30 pairs at load 4-5, and 10 runs of the rows beside a
+# busy loop at load 3-4): time to first batch -7 to +8 %, epoch start with new workers -11 to +7 %.
+DELAY_MS = 600.0
+PAIRS = 5
+# Relative, for the two rows that read +DELAY_MS; absolute (ms), for the one that reads +0: its medians of 5 pairs
+# read -9 to +10 ms over the same runs (one pair: -39 to +37 ms).
+GROWTH_TOLERANCE = 0.15
+STILL_TOLERANCE_MS = 25.0
+
+FirstBatchRoutine = Callable[[LoaderStep], float]
+EpochRoutine = Callable[[LoaderStep], EpochStarts]
+
+
+class FirstReadSleeps(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """A planted start cost: the first item each process reads sleeps ``delay_s``; every item is a tiny uint8 image
+    and mask.
+
+    The flag is the pid of the process that has read: a forked worker inherits the attribute but not the pid, so
+    it sleeps at its own first item whatever its parent did.
+    """
+
+    def __init__(self, items: int, delay_s: float) -> None:
+        self.items = items
+        self.delay_s = delay_s
+        self.read_in = 0
+
+    def __len__(self) -> int:
+        return self.items
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.read_in != os.getpid():
+            self.read_in = os.getpid()
+            time.sleep(self.delay_s)
+        return (torch.full((3, PIXELS, PIXELS), index % 251, dtype=torch.uint8),
+                torch.zeros(PIXELS, PIXELS, dtype=torch.uint8))
+
+
+def planted_step(delay_ms: float, device: str = "cpu") -> LoaderStep:
+    """A not yet started ``uint8`` loader step of `FirstReadSleeps`, W workers (more than cores allowed: the cost
+    is a sleep), pinning off."""
+    where, params = ENTRY.place("uint8", device, {"image_size": PIXELS, "batch": BATCH, "items": ITEMS,
+                                                  "num_workers": WORKERS, "pin_memory": False})
+    step = make_step("uint8", where, params, check_cores=False, start=False,
+                     source=(FirstReadSleeps(ITEMS, delay_ms / 1000), default_collate))
+    assert isinstance(step, LoaderStep)
+    return step
+
+
+def _read(read: Callable[[LoaderStep], tuple[float, ...]], delay_ms: float, device: str) -> tuple[float, ...]:
+    step = planted_step(delay_ms, device)
+    try:
+        return read(step)
+    finally:
+        step.close()
+
+
+@dataclass(frozen=True)
+class StartGrowth:
+    """How much longer the planted loader's figures read than the bare one's, ms, pair by pair.
+
+    Attributes:
+        pairs: per pair, one difference per figure read (planted less bare).
+    """
+
+    pairs: tuple[tuple[float, ...], ...]
+
+    def median(self, figure: int) -> float:
+        """The median difference of one figure over the pairs."""
+        return statistics.median(pair[figure] for pair in self.pairs)
+
+    def spread(self, figure: int) -> str:
+        """The pairs' differences of one figure, for a reading's detail."""
+        return ", ".join(f"{pair[figure]:.0f}" for pair in self.pairs)
+
+
+def paired_growth(read: Callable[[LoaderStep], tuple[float, ...]], device: str, pairs: int = PAIRS) -> StartGrowth:
+    """Read the planted loader (``DELAY_MS``) and the bare one (0 ms) in turn, ``pairs`` times, after one bare
+    reading thrown away.
+
+    Args:
+        read: the figures of one fresh, not yet started step, seconds.
+        device: where batches are delivered.
+        pairs: planted-bare pairs.
+
+    Returns:
+        The differences, ms.
+    """
+    _read(read, 0.0, device)
+    grown = []
+    for _ in range(pairs):
+        planted, bare = _read(read, DELAY_MS, device), _read(read, 0.0, device)
+        grown.append(tuple((p - b) * 1e3 for p, b in zip(planted, bare, strict=True)))
+    return StartGrowth(tuple(grown))
+
+
+def first_batch(device: str, first: FirstBatchRoutine = probes.time_to_first_batch_of) -> Reading:
+    """Time to first batch, read by ``first`` (the published figure's routine): ``DELAY_MS`` more with the plant."""
+    growth = paired_growth(lambda step: (first(step),), device)
+    return Reading(DELAY_MS, growth.median(0),
+                   f"W={WORKERS}, median of {PAIRS} pairs (ms more: {growth.spread(0)})")
+
+
+class EpochRun:
+    """The planted and bare loaders' epoch starts, read in pairs by ``starts`` (`epochs.epoch_starts_of`, or a
+    faulty routine in a test), shared by the two rows."""
+
+    def __init__(self, starts: EpochRoutine = epochs.epoch_starts_of) -> None:
+        self.starts = starts
+        self.run: OneRun[StartGrowth] = OneRun(self._measure)
+
+    def _both(self, step: LoaderStep) -> tuple[float, float]:
+        got = self.starts(step)
+        if isinstance(got.persistent, Unavailable):
+            raise ValueError(f"the planted loader has {WORKERS} workers: {got.persistent.reason}")
+        return got.fresh, got.persistent
+
+    def _measure(self, device: str) -> StartGrowth:
+        return paired_growth(self._both, device)
+
+    def _reading(self, row: str, figure: int, planted: float, device: str) -> Reading:
+        growth = self.run.take(row, device)
+        return Reading(planted, growth.median(figure),
+                       f"W={WORKERS}, an epoch of one batch per worker, median of {PAIRS} pairs "
+                       f"(ms more: {growth.spread(figure)})")
+
+    def fresh(self, device: str) -> Reading:
+        """persistent_workers off: new workers, ``DELAY_MS`` more."""
+        return self._reading("fresh", 0, DELAY_MS, device)
+
+    def persistent(self, device: str) -> Reading:
+        """persistent_workers on: the same workers, 0 more."""
+        return self._reading("persistent", 1, 0.0, device)
+
+
+def start_checks(run: EpochRun | None = None) -> tuple[Check, ...]:
+    """The three start rows; the two epoch rows read one run of pairs (``run``; the suite's own by default)."""
+    run = run or EpochRun()
+    spread = "medians of 5 pairs read -11 to +8 % of 600 ms at load 3-5 on 2 shared cores (36 runs)"
+    still = "medians of 5 pairs read -9 to +10 ms at load 3-5 on 2 shared cores (36 runs)"
+    return (
+        Check(f"loader: time to first batch, +{DELAY_MS:g} ms worker start",
+              (own_instrument(NAME, probes.TIME_TO_FIRST_BATCH),), "ms", GROWTH_TOLERANCE, first_batch, family=NAME,
+              why=spread),
+        Check(f"loader: epoch start, persistent off, +{DELAY_MS:g} ms worker start",
+              (own_instrument(NAME, probes.EPOCH_START_FRESH),), "ms", GROWTH_TOLERANCE, run.fresh, family=NAME,
+              why=spread),
+        Check(f"loader: epoch start, persistent on, +{DELAY_MS:g} ms worker start",
+              (own_instrument(NAME, probes.EPOCH_START_PERSISTENT),), "ms", STILL_TOLERANCE_MS, run.persistent,
+              family=NAME, absolute=True, why=still),
+    )
+
+
+CHECKS = start_checks()
