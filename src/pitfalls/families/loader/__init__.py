@@ -41,7 +41,9 @@ The package: `data` (the synthetic set on disk), `stores` and `datasets` (the ho
 (normalize, copy, decoders, the consumer model), `workers` (DataLoader machinery), `steps` (one batch per call),
 `sizes`, `steady` (the steady-state timing), `verdict` (loader- or step-bound, from a steady run), `stepcost` (the
 ``model_ms`` step), `epochs` (epoch starts, persistent_workers off and on), `equivalence`, `entry` (the family's
-entry but its own figures), `probes` (the instruments) and `calibration` (their known answers). This module
+entry but its own figures), `probes` (the instruments) and their known answers: `timing_checks` (samples/s, the
+speedup, the verdict), `memory_checks` (the group's memory, copy-on-write, issue 13246's records), `flight_checks`
+(a batch's bytes, batches and bytes in flight) and `start_checks` (the first batch, epoch starts). This module
 assembles `FAMILY` from the entry, the instruments and their checks; nothing in the package imports it.
 """
 
