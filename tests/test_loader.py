@@ -4,6 +4,7 @@ figures, and what happens when an item or a worker goes bad."""
 from __future__ import annotations
 
 import math
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -22,6 +23,7 @@ from pitfalls import cli, registry
 from pitfalls.families import loader
 from pitfalls.families.loader import probes as loader_probes
 from pitfalls.families.loader import steps as steps_module
+from pitfalls.families.loader import workers as loader_workers
 from pitfalls.families.loader.data import (
     CACHE_ENV,
     DataSpec,
@@ -450,6 +452,31 @@ def where(pids):
         except (OSError, psutil.NoSuchProcess):
             described.append(f"{pid} gone")
     return "; ".join(described)
+
+
+class StartedBoard:
+    """A stand-in for the workers' board that only records which worker said it started."""
+
+    def __init__(self, context):
+        self.worker = context.Value("i", -1)
+
+    def started(self, worker_id):
+        self.worker.value = worker_id
+
+
+@pytest.mark.parametrize("parent_alive", [True, False])
+def test_a_worker_that_starts_after_its_parent_ended_exits_at_once(parent_alive):
+    # DataLoader's worker records its parent only after worker_init_fn: one that starts after its parent ended
+    # would wait on its index queue for ever. Here the parent's end is planted as a parent pid that is not ours.
+    context = multiprocessing.get_context("fork")
+    init = loader_workers.WorkerInit(StartedBoard(context))
+    if not parent_alive:
+        init.parent = os.getpid() + 1_000_000  # no process has it: this parent is gone
+    child = context.Process(target=init, args=(3,))
+    child.start()
+    child.join(30)
+    assert child.exitcode == 0
+    assert init.board.worker.value == (3 if parent_alive else -1)
 
 
 @pytest.mark.slow

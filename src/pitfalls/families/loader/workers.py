@@ -142,12 +142,19 @@ class WorkerInit:
     """``worker_init_fn``: one OpenCV thread per worker (as DataLoader gives torch one), and the board's slot.
 
     A forked worker inherits its parent's single thread (see `single_threaded_opencv`); a spawned one sets it.
+    A worker whose parent is already gone when it starts exits at once: DataLoader's worker notes its parent's pid
+    only after this function (its ``ManagerWatchdog``), so a worker that starts late, on a loaded machine, after
+    its parent ended abruptly (``os._exit``, as asv's forkserver ends a benchmark) records its new parent, never
+    sees the old one die, and waits on its index queue forever (seen in CI: one of two workers left after 30 s).
     """
 
     def __init__(self, board: WorkerBoard) -> None:
         self.board = board
+        self.parent = os.getpid()  # built in the process that starts the workers
 
     def __call__(self, worker_id: int) -> None:
+        if os.getppid() != self.parent:
+            os._exit(0)  # no one is left to hand a batch to, or to report an error to
         single_threaded_opencv()
         self.board.started(worker_id)
 
