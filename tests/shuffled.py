@@ -24,6 +24,7 @@ import random
 import re
 import subprocess
 import sys
+import time
 
 VERBOSITY = re.compile(r"-[qv]+|--quiet|--verbose")
 NO_TESTS = 5  # pytest's exit status when nothing was collected
@@ -73,7 +74,9 @@ def run_shuffled(pytest_args: list[str], seed: int, bucket: str, extra: list[str
                  first: tuple[str, ...] = ()) -> int:
     """Collect with ``pytest_args``, shuffle (the modules in ``first`` first), and run in that order with ``extra``
     options; pytest's status (`NO_TESTS` when nothing was selected)."""
+    began = time.monotonic()
     status, nodes, output = collect(pytest_args)
+    collected = time.monotonic()
     if status == NO_TESTS or (status == 0 and not nodes):
         print(f"{label}no test selected", flush=True)
         return NO_TESTS
@@ -85,8 +88,12 @@ def run_shuffled(pytest_args: list[str], seed: int, bucket: str, extra: list[str
     # The node ids already carry the selection (files, -m, -k); pytest runs them in the order given, with the
     # other options (-x, --durations, ...).
     options = [arg for arg in pytest_args if not is_selection(arg)]
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *options, *extra,
-                           *shuffle(nodes, seed, bucket, first)], check=False).returncode
+    status = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *options, *extra,
+                             *shuffle(nodes, seed, bucket, first)], check=False).returncode
+    # The phase's whole wall time, its interpreters' start and exit included, which pytest's own "in N s" is not:
+    # the test command's budget is this.
+    print(f"{label}collected in {collected - began:.0f} s, ran in {time.monotonic() - collected:.0f} s", flush=True)
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,7 @@ PITFALLS = Path(sys.executable).with_name("pitfalls")
 LOADER_TIMED_ON_SHARED_CORES = frozenset(
     {f"loader samples/s: W={w}, {side}-bound" for w in (1, 2, 4) for side in ("producer", "consumer")}
     | {"loader speedup: producer 2p against p, W=2", "loader speedup: naive against itself, W=2",
-       "loader wait share: W=2, producer-bound"})
+       "loader wait share: W=2, producer-bound", "loader starves below: W=2, producer-bound"})
 
 
 def test_calibrate_cpu_passes_with_every_row() -> None:

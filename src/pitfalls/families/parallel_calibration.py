@@ -31,8 +31,8 @@ from pitfalls.probes.timing import blocked_speedup
 __all__ = ["CHECKS", "COMM_DELAY_MS", "EXPOSED_FIGURE", "HELD_MIB", "IMBALANCE_FIGURE", "IN_FLIGHT_FIGURE",
            "OTHERS_MEMORY_FIGURE", "RANK0_MEMORY_FIGURE", "SAMPLES_PER_SECOND_FIGURE", "SCALING_FIGURE",
            "SCALING_SLEEPS_MS", "SLEEPS_MS", "STEP_TIME_FIGURE", "exposed_delay_reading", "held_memory_figures",
-           "in_flight_reading", "memory_reading", "rank_sleep_reading", "scaling_reading", "self_speedup_reading",
-           "sleeping_figures"]
+           "held_memory_once", "in_flight_reading", "memory_reading", "rank_sleep_reading", "scaling_reading",
+           "self_speedup_reading", "sleeping_figures"]
 
 # Rank r sleeps SLEEPS_MS[r] per step: the step must read the largest, not rank 0's.
 SLEEPS_MS = (20.0, 60.0)
@@ -201,11 +201,11 @@ def held_memory_figures(entry: Sequence[str] = ("-m", RANK_MODULE)) -> ParallelF
 
 
 # The three memory rows read one planted group's figures (a group per row tripled the rows' 27 s here).
-_one_group = functools.cache(held_memory_figures)
+held_memory_once = functools.cache(held_memory_figures)
 
 
 def memory_reading(device: str, read: Callable[[ParallelFigures], float | Unavailable], planted: float,
-                   scale: float = 2**-20, figures: Callable[[], ParallelFigures] = _one_group) -> Reading:
+                   scale: float = 2**-20, figures: Callable[[], ParallelFigures] = held_memory_once) -> Reading:
     """One memory figure of `held_memory_figures`, in MiB (``scale``) or as a ratio (``scale=1``).
 
     Args:
