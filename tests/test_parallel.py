@@ -783,7 +783,7 @@ def test_a_rank_s_whole_memory_read_as_its_step_s_fails_the_memory_rows(tmp_path
 @pytest.mark.serial
 def test_rank_0_s_memory_read_for_every_rank_fails_the_others_and_imbalance_rows(no_process_left):
     # The group the rows read (one per process), with rank 0's figures in every rank's place.
-    figures = parallel_calibration.held_memory_once()
+    figures = parallel_calibration.HELD_MEMORY.take("rank 0 for every rank")
     rank_0 = dataclasses.replace(figures, ranks=(figures.ranks[0],) * len(figures.ranks))
     rows = [verdict(check, check.measure("cpu", figures=lambda: rank_0)) for check in MEMORY_ROWS]
     assert [row.verdict for row in rows] == ["pass", "fail", "fail"], rows

@@ -8,6 +8,7 @@ import sys
 import uuid
 from dataclasses import dataclass
 
+from pitfalls.calibration.once import OneRun
 from pitfalls.calibration.table import GROUP_MEMORY, SHM_IN_FLIGHT, Check, Reading
 from pitfalls.probes.group_memory import GroupMemory, GroupMemorySampler, group_members, shm_segments, wait_for_samples
 from pitfalls.probes.result import Unavailable
@@ -105,46 +106,43 @@ def run_planted_group(plan: PlantedGroup, sampler_cls: type[GroupMemorySampler] 
     return sampler.result
 
 
-class _OneRun:
-    """Runs the planted group once and lets each row read its own figure of that one run."""
+class _GroupRun:
+    """The planted group, run once and read by the three rows (`OneRun`)."""
 
     def __init__(self, plan: PlantedGroup) -> None:
         self.plan = plan
-        self._result: GroupMemory | None = None
-        self._held_before = 0
+        self.run: OneRun[tuple[GroupMemory, int]] = OneRun(self._measure)
 
-    def get(self) -> GroupMemory:
-        if self._result is None:
-            # Segments the process held before the plant are its own business (a test run's earlier loaders left
-            # a 4 KiB one mapped here); the planted one is made after this reading.
-            self._held_before = sum(shm_segments(m.pid for m in group_members(os.getpid())).values())
-            self._result = run_planted_group(self.plan, GroupMemorySampler)
-        return self._result
+    def _measure(self) -> tuple[GroupMemory, int]:
+        # Segments the process held before the plant are its own business (a test run's earlier loaders left
+        # a 4 KiB one mapped here); the planted one is made after this reading.
+        held_before = sum(shm_segments(m.pid for m in group_members(os.getpid())).values())
+        return run_planted_group(self.plan, GroupMemorySampler), held_before
 
     def uss(self, _device: str) -> Reading:
-        g, p = self.get(), self.plan
+        (g, _), p = self.run.take("uss"), self.plan
         grown = (g.peak_uss - g.baseline_uss) / MIB
         return Reading(planted=p.workers * p.private_mib, measured=grown,
                        detail=f"{p.workers} children x {p.private_mib} MiB; {g.samples} samples, "
                               f"{g.peak_processes} processes")
 
     def pss(self, _device: str) -> Reading:
-        g = self.get()
+        g, _ = self.run.take("pss")
         shared = ((g.peak_pss - g.baseline_pss) - (g.peak_uss - g.baseline_uss)) / MIB
         return Reading(planted=self.plan.shared_mib, measured=shared,
                        detail=f"PSS-USS growth; RSS counts it {(g.peak_rss - g.baseline_rss) / MIB:.0f} MiB in all")
 
     def shm(self, _device: str) -> Reading:
-        g = self.get()
+        g, held_before = self.run.take("shm")
         if g.peak_shm == 0:
             return Reading(planted=self.plan.shared_mib, measured=Unavailable("no /dev/shm segment seen in /proc"))
-        return Reading(planted=self.plan.shared_mib, measured=(g.peak_shm - self._held_before) / MIB,
-                       detail=f"/proc/PID/fd and maps, less {self._held_before} bytes held before the plant")
+        return Reading(planted=self.plan.shared_mib, measured=(g.peak_shm - held_before) / MIB,
+                       detail=f"/proc/PID/fd and maps, less {held_before} bytes held before the plant")
 
 
 def group_memory_checks(plan: PlantedGroup | None = None) -> tuple[Check, ...]:
     """The group-memory rows, read from one run: USS growth = W*N, the shared buffer once in PSS and /dev/shm."""
-    run = _OneRun(plan or PlantedGroup())
+    run = _GroupRun(plan or PlantedGroup())
     return (
         Check(name="group memory: USS of W children", instruments=(GROUP_MEMORY,), unit="MiB", tolerance=0.05,
               measure=run.uss, why=""),

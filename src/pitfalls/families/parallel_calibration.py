@@ -15,6 +15,7 @@ import functools
 import statistics
 from collections.abc import Callable, Sequence
 
+from pitfalls.calibration.once import OneRun
 from pitfalls.calibration.table import CPU, SPEEDUP, Check, Reading, own_instrument
 from pitfalls.families.parallel_launch import RANK_MODULE, DdpGroup
 from pitfalls.families.parallel_step import (
@@ -30,8 +31,8 @@ from pitfalls.probes.timing import blocked_speedup
 
 __all__ = ["CHECKS", "COMM_DELAY_MS", "EXPOSED_FIGURE", "HELD_MIB", "IMBALANCE_FIGURE", "IN_FLIGHT_FIGURE",
            "OTHERS_MEMORY_FIGURE", "RANK0_MEMORY_FIGURE", "SAMPLES_PER_SECOND_FIGURE", "SCALING_FIGURE",
-           "SCALING_SLEEPS_MS", "SLEEPS_MS", "STEP_TIME_FIGURE", "exposed_delay_reading", "held_memory_figures",
-           "held_memory_once", "in_flight_reading", "memory_reading", "rank_sleep_reading", "scaling_reading",
+           "HELD_MEMORY", "SCALING_SLEEPS_MS", "SLEEPS_MS", "STEP_TIME_FIGURE", "exposed_delay_reading",
+           "held_memory_figures", "in_flight_reading", "memory_reading", "rank_sleep_reading", "scaling_reading",
            "self_speedup_reading", "sleeping_figures"]
 
 # Rank r sleeps SLEEPS_MS[r] per step: the step must read the largest, not rank 0's.
@@ -201,20 +202,20 @@ def held_memory_figures(entry: Sequence[str] = ("-m", RANK_MODULE)) -> ParallelF
 
 
 # The three memory rows read one planted group's figures (a group per row tripled the rows' 27 s here).
-held_memory_once = functools.cache(held_memory_figures)
+HELD_MEMORY: OneRun[ParallelFigures] = OneRun(held_memory_figures)
 
 
 def memory_reading(device: str, read: Callable[[ParallelFigures], float | Unavailable], planted: float,
-                   scale: float = 2**-20, figures: Callable[[], ParallelFigures] = held_memory_once) -> Reading:
+                   figures: Callable[[], ParallelFigures], scale: float = 2**-20) -> Reading:
     """One memory figure of `held_memory_figures`, in MiB (``scale``) or as a ratio (``scale=1``).
 
     Args:
         device: "cpu": the planted ranks are gloo ranks.
         read: the published figure, a `ParallelFigures` method.
         planted: its known answer.
+        figures: the planted group's figures (a row's `HELD_MEMORY` reader: the group the three rows read; a test
+            passes a faulty one).
         scale: the published unit (bytes) to the row's.
-        figures: the planted group's figures (by default one group's for every row; a test passes a faulty
-            one).
     """
     if device != CPU:
         return Reading(planted, Unavailable("the planted ranks are gloo ranks on the CPU"))
@@ -228,7 +229,8 @@ def memory_reading(device: str, read: Callable[[ParallelFigures], float | Unavai
 def _memory_check(name: str, figure: str, read: Callable[[ParallelFigures], float | Unavailable], planted: float,
                   *, why: str, unit: str = "MiB") -> Check:
     return Check(name, (own_instrument("parallel", figure),), unit, 0.05,
-                 functools.partial(memory_reading, read=read, planted=planted, scale=2**-20 if unit == "MiB" else 1.0),
+                 functools.partial(memory_reading, read=read, planted=planted, figures=HELD_MEMORY.reader(name),
+                                   scale=2**-20 if unit == "MiB" else 1.0),
                  family="parallel", why=why)
 
 

@@ -16,21 +16,19 @@ Every answer is exact: each row's tolerance is 0.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Generic, TypeVar
 
 import torch
 from torch.utils.data import Dataset, default_collate
 
+from pitfalls.calibration.once import OneRun
 from pitfalls.calibration.table import Check, Reading, own_instrument
 from pitfalls.families.loader import probes
 from pitfalls.families.loader.entry import ENTRY, NAME
 from pitfalls.families.loader.probes import InFlight
 from pitfalls.families.loader.steps import LoaderStep, make_step
 
-__all__ = ["BATCH", "CHECKS", "ITEM_BYTES", "PREFETCH", "SIZE", "WORKERS", "FlightRun", "OneRun", "SizedItems",
+__all__ = ["BATCH", "CHECKS", "ITEM_BYTES", "PREFETCH", "SIZE", "WORKERS", "FlightRun", "SizedItems",
            "flight_checks", "planted_step"]
-
-T = TypeVar("T")
 
 SIZE = 32
 BATCH = 4
@@ -66,26 +64,6 @@ def planted_step(device: str = "cpu") -> LoaderStep:
                      source=(SizedItems(ITEMS), default_collate))
     assert isinstance(step, LoaderStep)
     return step
-
-
-class OneRun(Generic[T]):
-    """One measurement shared by several rows: each row reads it once; a row that reads again gets a new one.
-
-    Args:
-        measure: ``measure(device)`` runs the planted workload once.
-    """
-
-    def __init__(self, measure: Callable[[str], T]) -> None:
-        self.measure = measure
-        self._result: T | None = None
-        self._read_by: set[str] = set()
-
-    def take(self, row: str, device: str) -> T:
-        """The current run's result for ``row``, measured afresh if there is none or ``row`` has read it."""
-        if self._result is None or row in self._read_by:
-            self._result, self._read_by = self.measure(device), set()
-        self._read_by.add(row)
-        return self._result
 
 
 class FlightRun:

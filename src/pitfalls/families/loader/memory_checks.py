@@ -19,13 +19,13 @@ from __future__ import annotations
 import mmap
 import statistics
 from collections.abc import Callable
-from functools import cache
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset, default_collate
 
+from pitfalls.calibration.once import OneRun
 from pitfalls.calibration.table import Check, Reading, own_instrument
 from pitfalls.families.loader import metadata
 from pitfalls.families.loader.entry import ENTRY
@@ -180,13 +180,16 @@ def planted_epochs(pairs: int = METADATA_PAIRS) -> list[tuple[EpochMemory, Epoch
 
 
 # The three metadata rows read one set of epochs, as the benchmark reads its three figures from one epoch.
-_epochs_once = cache(planted_epochs)
+EPOCHS: OneRun[list[tuple[EpochMemory, EpochMemory]]] = OneRun(planted_epochs)
 
 
-def metadata_reading(read: Callable[[EpochMemory], float], planted: float,
-                     epochs: Callable[[], list[tuple[EpochMemory, EpochMemory]]] = _epochs_once) -> Reading:
-    """How much more ``read`` (bytes) gives with the buffers than without: the median of the pairs, in MiB."""
-    grown = [(read(with_buffers) - read(bare)) / MIB for with_buffers, bare in epochs()]
+def metadata_reading(read: Callable[[EpochMemory], float], planted: float, row: str,
+                     epochs: OneRun[list[tuple[EpochMemory, EpochMemory]]] = EPOCHS) -> Reading:
+    """How much more ``read`` (bytes) gives with the buffers than without: the median of the pairs, in MiB.
+
+    ``row`` reads the epochs the other rows read (``epochs``), or new ones if it has read them.
+    """
+    grown = [(read(with_buffers) - read(bare)) / MIB for with_buffers, bare in epochs.take(row)]
     return Reading(planted, statistics.median(grown),
                    f"{WORKERS} workers, epochs of 400 items; median of {len(grown)} pairs "
                    f"({', '.join(f'{g:.1f}' for g in grown)})")
@@ -195,17 +198,17 @@ def metadata_reading(read: Callable[[EpochMemory], float], planted: float,
 def measure_metadata_growth(_device: str) -> Reading:
     """Each worker writes every page of an N MiB buffer once: its growth over the epoch is N MiB more than
     without the buffer."""
-    return metadata_reading(lambda e: e.mean_growth, GROWTH_MIB)
+    return metadata_reading(lambda e: e.mean_growth, GROWTH_MIB, "growth")
 
 
 def measure_metadata_uss(_device: str) -> Reading:
     """The group's USS at the epoch's end: W copies of the written buffer, and the main process's original."""
-    return metadata_reading(lambda e: e.group_uss, (WORKERS + 1) * GROWTH_MIB)
+    return metadata_reading(lambda e: e.group_uss, (WORKERS + 1) * GROWTH_MIB, "group USS")
 
 
 def measure_metadata_pss(_device: str) -> Reading:
     """The group's PSS at the epoch's end: as its USS, plus the buffer no one wrote, once."""
-    return metadata_reading(lambda e: e.group_pss, (WORKERS + 1) * GROWTH_MIB + SHARED_MIB)
+    return metadata_reading(lambda e: e.group_pss, (WORKERS + 1) * GROWTH_MIB + SHARED_MIB, "group PSS")
 
 
 CHECKS = (

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import Dataset, default_collate
 
+from pitfalls.calibration.once import OneRun
 from pitfalls.calibration.table import Check, Reading, own_instrument
 from pitfalls.families.loader import epochs, probes
 from pitfalls.families.loader.entry import ENTRY, NAME
 from pitfalls.families.loader.epochs import EpochStarts
-from pitfalls.families.loader.flight_checks import OneRun
 from pitfalls.families.loader.steps import LoaderStep, make_step
 from pitfalls.probes.result import Unavailable
 

@@ -23,12 +23,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache, partial
+from functools import partial
 
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset, default_collate
 
+from pitfalls.calibration.once import OneRun
 from pitfalls.calibration.table import SPEEDUP, Check, Reading, own_instrument
 from pitfalls.families.loader import probes, steady, verdict
 from pitfalls.families.loader.entry import ENTRY, NAME
@@ -175,20 +176,21 @@ def judged(workers: int, device: str, run: Callable[[BatchStep], steady.Steady] 
 
 
 # The wait share and the crossover of one planted pair come from one run, as the published figures do.
-_judged_once = cache(judged)
+_JUDGED: OneRun[verdict.Verdict] = OneRun(judged)
 
 
-def wait_share(workers: int, device: str, judge: Callable[[int, str], verdict.Verdict] = _judged_once) -> Reading:
-    """The wait share of the producer-bound planted pair (`judged`)."""
+def wait_share(workers: int, device: str, judge: Callable[[int, str], verdict.Verdict] | None = None) -> Reading:
+    """The wait share of the producer-bound planted pair: the run the crossover row reads, or ``judge``'s (a test's)."""
     cost = per_item_ms(workers, "producer")
-    return Reading(planted_wait_share(workers, cost, STEP_MS), judge(workers, device).wait_share,
+    judged_run = judge(workers, device) if judge else _JUDGED.take("wait share", workers, device)
+    return Reading(planted_wait_share(workers, cost, STEP_MS), judged_run.wait_share,
                    f"W={workers}, {cost:g} ms per item, batch {BATCH}, step {STEP_MS:g} ms")
 
 
-def starves_below(workers: int, device: str, judge: Callable[[int, str], verdict.Verdict] = _judged_once) -> Reading:
-    """The step cost (ms) below which the producer-bound planted pair (`judged`) starves the step."""
+def starves_below(workers: int, device: str, judge: Callable[[int, str], verdict.Verdict] | None = None) -> Reading:
+    """The step cost (ms) below which the producer-bound planted pair (`judged`, or ``judge``) starves the step."""
     cost = per_item_ms(workers, "producer")
-    measured = judge(workers, device).starves_below_s
+    measured = (judge(workers, device) if judge else _JUDGED.take("starves below", workers, device)).starves_below_s
     return Reading(planted_starves_below_ms(workers, cost),
                    measured if isinstance(measured, Unavailable) else measured * 1e3,
                    f"W={workers}, {cost:g} ms per item, batch {BATCH}, threshold {verdict.WAIT_THRESHOLD:.0%}")
