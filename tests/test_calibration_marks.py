@@ -60,9 +60,10 @@ def test_the_report_marks_a_calibrated_family_figure_calibrated_and_its_neighbou
                   ("parallel", "bench_parallel.Ranks.track_memory_imbalance"),
                   ("parallel", "bench_parallel.Ranks.track_busy_others"),
                   ("loader", "bench_loader.Memory.track_uss"),
-                  ("loader", "bench_loader.Metadata.track_table")}
+                  ("loader", "bench_loader.Metadata.track_table"),
+                  ("loader", "bench_loader.Nvml.track_gpu_power")}
     assert uncalibrated_benchmarks(benchmarks, all_checks()) == [
-        "bench_loader.Metadata.track_table", "bench_parallel.Ranks.track_busy_others"]
+        "bench_loader.Nvml.track_gpu_power", "bench_parallel.Ranks.track_busy_others"]
 
 
 def test_the_published_compile_seconds_are_calibrated_by_the_compile_row() -> None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from typing import Any
 
 import pytest
 
 from pitfalls.calibration.table import verdict
-from pitfalls.families.loader import FAMILY, memory, probes
+from pitfalls.families.loader import FAMILY, memory, metadata, probes
 from pitfalls.families.loader import memory_checks as calibrations
 from pitfalls.probes import group_memory
 from pitfalls.probes.result import Unavailable
@@ -46,8 +47,10 @@ def test_each_memory_check_reads_its_planted_answer(prefix: str) -> None:
 
 
 def test_the_metadata_rows_read_the_figures_the_benchmark_publishes() -> None:
-    published = {FAMILY.benchmark_figures[m] for m in ("track_worker_growth", "track_group_uss", "track_group_pss")}
-    for prefix in ("loader: metadata growth", "loader: metadata group USS", "loader: metadata group PSS"):
+    published = {FAMILY.benchmark_figures[m]
+                 for m in ("track_worker_growth", "track_group_uss", "track_group_pss", "track_table")}
+    for prefix in ("loader: metadata growth", "loader: metadata group USS", "loader: metadata group PSS",
+                   "loader: metadata table"):
         check = check_named(prefix)
         assert check in FAMILY.calibrations
         (instrument,) = check.instruments
@@ -64,6 +67,29 @@ def test_a_group_memory_of_the_main_process_or_of_the_workers_alone_fails_the_me
     workers = verdict(pss, calibrations.metadata_reading(lambda e: sum(e.worker_pss), pss.measure("cpu").planted,
                                                          "the workers alone"))
     assert workers.verdict == "fail" and workers.measured < 0.8 * workers.planted, workers
+
+
+def per_reference(records: metadata.ObjectRecords) -> int:
+    """The table's bytes with an object counted at every reference to it."""
+
+    def size(value: Any) -> int:
+        inner = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        return sys.getsizeof(value) + sum(size(part) for part in inner)
+
+    return size(records.records)
+
+
+def records_alone(records: metadata.ObjectRecords) -> int:
+    """The table's bytes without the objects its records hold: the list and the record dicts."""
+    return sys.getsizeof(records.records) + sum(sys.getsizeof(record) for record in records.records)
+
+
+@pytest.mark.parametrize(("walker", "off_by"), [(per_reference, 2.0), (records_alone, 0.0)])
+def test_a_table_that_counts_an_object_twice_or_misses_what_records_hold_fails_its_row(
+        monkeypatch: pytest.MonkeyPatch, walker: Any, off_by: float) -> None:
+    monkeypatch.setattr(metadata.ObjectRecords, "nbytes", property(walker))
+    row = verdict(check_named("loader: metadata table"), check_named("loader: metadata table").measure("cpu"))
+    assert row.verdict == "fail" and row.measured == pytest.approx(off_by * row.planted, rel=0.01), row
 
 
 def parent_only(root_pid: int) -> list[group_memory.MemberSample]:

@@ -121,6 +121,7 @@ FAMILY = dataclasses.replace(
         "track_worker_growth": memory_checks.METADATA_GROWTH,
         "track_group_uss": memory_checks.METADATA_GROUP_USS,
         "track_group_pss": memory_checks.METADATA_GROUP_PSS,
+        "track_table": memory_checks.METADATA_TABLE,
         "track_starves_below": verdict.STARVES_BELOW,
         "track_bytes_per_batch": probes.BYTES_PER_BATCH,
         "track_batches_in_flight": probes.BATCHES_IN_FLIGHT,

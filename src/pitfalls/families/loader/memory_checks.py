@@ -10,6 +10,9 @@
   the same epochs, the group's USS at the epoch's end grows by (W + 1) x N (each worker's copy, and the main
   process's original, no longer shared with anyone), and its PSS by that plus S, a second buffer of S MiB the
   workers never write: shared by the W + 1 processes since the fork, counted once in PSS and in no one's USS.
+- The table's bytes (the records' ``nbytes``, read by `metadata.epoch_memory` as the benchmark reads it): a table of
+  per-item records whose annotation dicts reference one planted N MiB ``bytes`` object from two records reads N MiB
+  more than the same table without it: each object once, however deep and however often referenced.
 
 Each planted item is a tiny uint8 image and mask, delivered and trained on like the ``uint8`` rung's.
 """
@@ -55,6 +58,11 @@ METADATA_PAIRS = 3
 METADATA_GROWTH = "metadata: worker growth over an epoch"
 METADATA_GROUP_USS = "metadata: group USS at the epoch's end"
 METADATA_GROUP_PSS = "metadata: group PSS at the epoch's end"
+METADATA_TABLE = "metadata: the table's bytes"
+# Large against nothing: both tables are the same but for the payload, so any size is exact; large enough that a
+# walker that missed it or counted it twice reads far off.
+PAYLOAD_MIB = 64
+TABLE_RECORDS = 2_000
 
 
 def _item(index: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -211,6 +219,25 @@ def measure_metadata_pss(_device: str) -> Reading:
     return metadata_reading(lambda e: e.group_pss, (WORKERS + 1) * GROWTH_MIB + SHARED_MIB, "group PSS")
 
 
+def planted_table_bytes(payload_mib: int) -> int:
+    """The table bytes `metadata.epoch_memory` reads (one worker, one epoch) of `metadata.object_records`, the first
+    two of whose annotation dicts hold one ``payload_mib`` MiB ``bytes`` object (none when 0)."""
+    records = metadata.object_records(TABLE_RECORDS)
+    if payload_mib:
+        payload = bytes(payload_mib * MIB)
+        for record in records[:2]:
+            record["annotation"]["payload"] = payload
+    table = metadata.RecordItems(metadata.ObjectRecords(records))
+    return metadata.epoch_memory(table, workers=1, batch=500, collate=metadata.collate_rows).dataset_bytes
+
+
+def measure_metadata_table(_device: str) -> Reading:
+    """A planted N MiB object, referenced by two records' annotations: the table reads N MiB more."""
+    with_payload, bare = planted_table_bytes(PAYLOAD_MIB), planted_table_bytes(0)
+    return Reading(PAYLOAD_MIB, (with_payload - bare) / MIB,
+                   f"{TABLE_RECORDS:,} records, {bare / MIB:.2f} MiB without the payload; one object, two references")
+
+
 CHECKS = (
     Check(f"loader: group peak, {WORKERS} workers x {HELD_MIB} MiB",
           (own_instrument("loader", PEAK_USS), own_instrument("loader", PEAK_PSS)), "MiB", 0.05,
@@ -228,4 +255,7 @@ CHECKS = (
     Check(f"loader: metadata group PSS, {SHARED_MIB} MiB shared", (own_instrument("loader", METADATA_GROUP_PSS),),
           "MiB", 0.05, measure_metadata_pss, family="loader",
           why="read 208.0-209.8 for 208 here; a PSS counting a shared page per sharer would read 336"),
+    Check(f"loader: metadata table, {PAYLOAD_MIB} MiB planted in two records",
+          (own_instrument("loader", METADATA_TABLE),), "MiB", 0.01, measure_metadata_table, family="loader",
+          why="the same table on both sides: only the planted bytes object's 33-byte header is over"),
 )
