@@ -14,7 +14,6 @@ figure for the records; the calibration plants a known copy through the same fun
 
 from __future__ import annotations
 
-import gc
 import itertools
 import multiprocessing
 import sys
@@ -28,7 +27,7 @@ import psutil
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from pitfalls.families.loader.workers import CyclingSampler, WorkerBoard, WorkerInit, release_free_heap
+from pitfalls.families.loader.workers import CyclingSampler, WorkerBoard, WorkerInit, settle_before_fork
 from pitfalls.family import SkipCase
 
 RECORD_FORMS = ("objects", "arrays")
@@ -223,8 +222,7 @@ def epoch_memory(dataset: Dataset[Any], *, workers: int, batch: int, collate: Ca
     loader = DataLoader(dataset, batch_size=batch, sampler=CyclingSampler(count, seed), num_workers=workers,
                         collate_fn=collate, drop_last=False, worker_init_fn=WorkerInit(board),
                         multiprocessing_context=context, timeout=timeout)
-    gc.collect()
-    release_free_heap()
+    settle_before_fork()
     iterator = iter(loader)
     try:
         for _ in range(-(-count // batch)):

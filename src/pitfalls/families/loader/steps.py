@@ -29,6 +29,7 @@ from pitfalls.families.loader.workers import (
     WorkerInit,
     exited,
     is_handler_report,
+    settle_before_fork,
     shut_down,
     sigchld_held,
     usable_cores,
@@ -179,6 +180,8 @@ class LoaderStep(BatchStep):
 
     def start(self) -> None:
         if self.iterator is None:
+            if self.board.measure_uss and self.params["num_workers"]:
+                settle_before_fork()  # the workers' copy-on-write is measured: see there
             self.iterator = iter(self.loader)
 
     @property
