@@ -64,11 +64,11 @@ def test_a_group_memory_of_the_main_process_or_of_the_workers_alone_fails_the_me
     # The epochs the rows read (`memory_checks.EPOCHS`): the faults are in how the group is summed.
     uss, pss = check_named("loader: metadata group USS"), check_named("loader: metadata group PSS")
     parent = verdict(uss, calibrations.metadata_reading(lambda e: e.parent_uss, uss.measure("cpu").planted,
-                                                        "the main process alone"))
+                                                        calibrations.EPOCHS.reader("the main process alone")))
     assert parent.verdict == "fail" and parent.measured < 0.5 * parent.planted, parent
     # The workers' PSS alone leaves out the main process's original and its share of the buffer no one wrote.
     workers = verdict(pss, calibrations.metadata_reading(lambda e: sum(e.worker_pss), pss.measure("cpu").planted,
-                                                         "the workers alone"))
+                                                         calibrations.EPOCHS.reader("the workers alone")))
     assert workers.verdict == "fail" and workers.measured < 0.8 * workers.planted, workers
 
 

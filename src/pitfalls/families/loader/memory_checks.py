@@ -191,13 +191,11 @@ def planted_epochs(pairs: int = METADATA_PAIRS) -> list[tuple[EpochMemory, Epoch
 EPOCHS: OneRun[list[tuple[EpochMemory, EpochMemory]]] = OneRun(planted_epochs)
 
 
-def metadata_reading(read: Callable[[EpochMemory], float], planted: float, row: str,
-                     epochs: OneRun[list[tuple[EpochMemory, EpochMemory]]] = EPOCHS) -> Reading:
-    """How much more ``read`` (bytes) gives with the buffers than without: the median of the pairs, in MiB.
-
-    ``row`` reads the epochs the other rows read (``epochs``), or new ones if it has read them.
-    """
-    grown = [(read(with_buffers) - read(bare)) / MIB for with_buffers, bare in epochs.take(row)]
+def metadata_reading(read: Callable[[EpochMemory], float], planted: float,
+                     epochs: Callable[[], list[tuple[EpochMemory, EpochMemory]]]) -> Reading:
+    """How much more ``read`` (bytes) gives with the buffers than without, over ``epochs`` (a row's `EPOCHS`
+    reader: the epochs the other rows read): the median of the pairs, in MiB."""
+    grown = [(read(with_buffers) - read(bare)) / MIB for with_buffers, bare in epochs()]
     return Reading(planted, statistics.median(grown),
                    f"{WORKERS} workers, epochs of 400 items; median of {len(grown)} pairs "
                    f"({', '.join(f'{g:.1f}' for g in grown)})")
@@ -206,17 +204,17 @@ def metadata_reading(read: Callable[[EpochMemory], float], planted: float, row: 
 def measure_metadata_growth(_device: str) -> Reading:
     """Each worker writes every page of an N MiB buffer once: its growth over the epoch is N MiB more than
     without the buffer."""
-    return metadata_reading(lambda e: e.mean_growth, GROWTH_MIB, "growth")
+    return metadata_reading(lambda e: e.mean_growth, GROWTH_MIB, EPOCHS.reader("growth"))
 
 
 def measure_metadata_uss(_device: str) -> Reading:
     """The group's USS at the epoch's end: W copies of the written buffer, and the main process's original."""
-    return metadata_reading(lambda e: e.group_uss, (WORKERS + 1) * GROWTH_MIB, "group USS")
+    return metadata_reading(lambda e: e.group_uss, (WORKERS + 1) * GROWTH_MIB, EPOCHS.reader("group USS"))
 
 
 def measure_metadata_pss(_device: str) -> Reading:
     """The group's PSS at the epoch's end: as its USS, plus the buffer no one wrote, once."""
-    return metadata_reading(lambda e: e.group_pss, (WORKERS + 1) * GROWTH_MIB + SHARED_MIB, "group PSS")
+    return metadata_reading(lambda e: e.group_pss, (WORKERS + 1) * GROWTH_MIB + SHARED_MIB, EPOCHS.reader("group PSS"))
 
 
 def planted_table_bytes(payload_mib: int) -> int:

@@ -179,18 +179,18 @@ def judged(workers: int, device: str, run: Callable[[BatchStep], steady.Steady] 
 _JUDGED: OneRun[verdict.Verdict] = OneRun(judged)
 
 
-def wait_share(workers: int, device: str, judge: Callable[[int, str], verdict.Verdict] | None = None) -> Reading:
-    """The wait share of the producer-bound planted pair: the run the crossover row reads, or ``judge``'s (a test's)."""
+def wait_share(workers: int, device: str, judge: Callable[[int, str], verdict.Verdict]) -> Reading:
+    """The wait share of the producer-bound planted pair, judged by ``judge`` (the row's `_JUDGED` reader: the run
+    the crossover row reads too; a test passes a faulty one)."""
     cost = per_item_ms(workers, "producer")
-    judged_run = judge(workers, device) if judge else _JUDGED.take("wait share", workers, device)
-    return Reading(planted_wait_share(workers, cost, STEP_MS), judged_run.wait_share,
+    return Reading(planted_wait_share(workers, cost, STEP_MS), judge(workers, device).wait_share,
                    f"W={workers}, {cost:g} ms per item, batch {BATCH}, step {STEP_MS:g} ms")
 
 
-def starves_below(workers: int, device: str, judge: Callable[[int, str], verdict.Verdict] | None = None) -> Reading:
-    """The step cost (ms) below which the producer-bound planted pair (`judged`, or ``judge``) starves the step."""
+def starves_below(workers: int, device: str, judge: Callable[[int, str], verdict.Verdict]) -> Reading:
+    """The step cost (ms) below which the producer-bound planted pair, judged by ``judge``, starves the step."""
     cost = per_item_ms(workers, "producer")
-    measured = (judge(workers, device) if judge else _JUDGED.take("starves below", workers, device)).starves_below_s
+    measured = judge(workers, device).starves_below_s
     return Reading(planted_starves_below_ms(workers, cost),
                    measured if isinstance(measured, Unavailable) else measured * 1e3,
                    f"W={workers}, {cost:g} ms per item, batch {BATCH}, threshold {verdict.WAIT_THRESHOLD:.0%}")
@@ -233,11 +233,11 @@ def checks() -> tuple[Check, ...]:
 
 
 def _wait_on(workers: int, device: str) -> Reading:
-    return wait_share(workers, device)
+    return wait_share(workers, device, _JUDGED.reader("wait share"))
 
 
 def _starves_on(workers: int, device: str) -> Reading:
-    return starves_below(workers, device)
+    return starves_below(workers, device, _JUDGED.reader("starves below"))
 
 
 def _throughput_on(workers: int, side: str, device: str) -> Reading:
