@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from multiprocessing import resource_tracker
 from pathlib import Path
 
 import psutil
@@ -47,11 +48,14 @@ def planted_rate(workers: int) -> float:
 
 
 def no_workers_left() -> list[str]:
-    """This process's live descendants, each with its command line: an earlier test's leftover names itself."""
+    """This process's live descendants, each with its command line: an earlier test's leftover names itself.
+    multiprocessing's resource tracker is not one: a single helper of this process, which multiprocessing starts
+    when a spawn context is first used (in a test, or in whatever ran before in this process) and keeps."""
     left = []
+    tracker = resource_tracker._resource_tracker._pid
     for child in psutil.Process().children(recursive=True):
         try:
-            if child.status() != psutil.STATUS_ZOMBIE:
+            if child.status() != psutil.STATUS_ZOMBIE and child.pid != tracker:
                 left.append(f"{child.pid}: {' '.join(child.cmdline())[:300]} (parent {child.ppid()})")
         except psutil.NoSuchProcess:
             continue
