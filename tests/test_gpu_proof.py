@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -120,3 +121,72 @@ def test_the_gate_section_never_passes_a_stand_in(monkeypatch):
     assert (got["bad"]["matches_naive"], got["bad"]["detail"]) == ("NO", "differs")
     assert got["decoded"] == {"family": "f", "variant": "decoded", "matches_naive": "n/a", "max_abs_diff": None,
                               "ran": "stand-in: opencv_decoder", "detail": "not run here: stand-in ran: no decoder"}
+
+
+def _planted_sections(seen_on_disk: dict[str, Any], out) -> tuple[gpu_proof.Section, ...]:
+    """Three planted checks: one measures, one raises, one reads what the run had written when it started."""
+
+    def measures(device, sizes):
+        return [{"planted": 7, "device": device}]
+
+    def raises(device, sizes):
+        raise RuntimeError("planted: CUDA error: an illegal memory access was encountered")
+
+    def reads_the_report(device, sizes):
+        seen_on_disk.update(json.loads((out / "figures.json").read_text()))
+        return [{"planted": 9}]
+
+    return (gpu_proof.Section("first", "First", "", measures), gpu_proof.Section("second", "Second", "", raises),
+            gpu_proof.Section("third", "Third", "", reads_the_report))
+
+
+def test_a_check_that_raises_is_reported_with_its_traceback_and_the_next_checks_run(tmp_path, monkeypatch, capsys):
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(gpu_proof, "SECTIONS", _planted_sections(seen, tmp_path))
+    assert gpu_proof.main([str(tmp_path), "--device", "cpu", "--no-asv"]) == 1
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert figures["first"] == [{"planted": 7, "device": "cpu"}] and figures["third"] == [{"planted": 9}]
+    assert figures["second"]["error"] == "RuntimeError: planted: CUDA error: an illegal memory access was encountered"
+    assert "in raises" in figures["second"]["traceback"]
+    assert gpu_proof.failed_checks(figures) == ["second"]
+    report = (tmp_path / "report.md").read_text()
+    assert "Checks that raised (each one's traceback is in its section): second." in report
+    second = report.split("## Second")[1].split("## Third")[0]
+    assert "**failed**: `RuntimeError: planted" in second and "Traceback (most recent call last)" in second
+    assert "| 9 |" in report.split("## Third")[1]
+    assert "planted: CUDA error" in capsys.readouterr().err
+    # Written around each check: while the third one ran, the first two were on disk, the third marked unfinished.
+    assert seen["first"] == figures["first"] and seen["second"]["error"] == figures["second"]["error"]
+    assert seen["third"] == gpu_proof.UNFINISHED and seen["asv"] == gpu_proof.NOT_REACHED and "seconds" not in seen
+
+
+def test_a_report_of_a_run_stopped_part_way_marks_what_it_did_not_reach(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_proof, "SECTIONS", _planted_sections({}, tmp_path))
+    report = gpu_proof.render_report({"device": "cuda", "environment": {}, "first": [{"planted": 7}],
+                                      "second": gpu_proof.UNFINISHED})
+    assert "Wall time (still running, or stopped) s." in report
+    assert "## Second\n\nskipped: started, not finished: the run stopped (or hung) in this check" in report
+    assert report.count("skipped: not reached: the run stopped before this check") == 2  # third, asv
+    assert "| 7 |" in report and "Checks that raised" not in report
+
+
+def test_only_runs_the_named_checks_and_refuses_an_unknown_one_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(gpu_proof, "SECTIONS", _planted_sections({}, tmp_path))
+    assert gpu_proof.main([str(tmp_path), "--device", "cpu", "--only", "first"]) == 0
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert figures["first"] == [{"planted": 7, "device": "cpu"}]
+    assert figures["second"] == figures["third"] == figures["asv"] == {"skipped": "not selected (--only first)"}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        gpu_proof.main([str(tmp_path / "again"), "--device", "cpu", "--only", "first,sycns"])
+    assert exit_.value.code == 2
+    [error] = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert error == "gpu-proof: error: --only: no such check 'sycns' (choose from first, second, third, asv)"
+    assert not (tmp_path / "again").exists()
+
+
+def test_every_check_of_a_proof_run_has_a_section_of_its_own():
+    # The real table: each key is unique, so `--only` and figures.json name one check each.
+    keys = gpu_proof.check_names()
+    assert len(set(keys)) == len(keys) == len(gpu_proof.SECTIONS) + 1
+    assert {"syncs", "gate", "calibration", "parallel memory", "asv"} <= set(keys)

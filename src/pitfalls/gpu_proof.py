@@ -21,7 +21,8 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+import traceback
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ from pitfalls.probes import (
     wall_time,
 )
 from pitfalls.registry import all_families
+from pitfalls.report.atomic import atomic_write
 from pitfalls.runner.job import INSTALLED_ENV
 from pitfalls.runner.worktree import head_commit
 from pitfalls.scan_loader.proof import pinned_against_unpinned
@@ -391,82 +393,182 @@ def _table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _corpus_tables(found: dict[str, Any]) -> str:
+    agreement = [{"check": k, "agreement": v} for k, v in found["agreement"].items()]
+    return _table(agreement) + "\n" + _table(found["rows"])
+
+
+@dataclass(frozen=True)
+class Section:
+    """One check of a proof run: the key it has in ``figures.json`` (and ``--only``), and its part of the report.
+
+    Attributes:
+        key: the check's name.
+        title: its heading in ``report.md``.
+        intro: what a reader needs to read its table.
+        measure: ``measure(device, sizes)``, the check itself.
+        render: its figures as markdown.
+    """
+
+    key: str
+    title: str
+    intro: str
+    measure: Callable[[str, Sizes], Any]
+    render: Callable[[Any], str] = _table
+
+
+SECTIONS: tuple[Section, ...] = (
+    Section("syncs", "Real CUDA syncs against sync hazards (per call)",
+            "Hazards are counted on the eager program on any device; syncs by PyTorch's CUDA sync debug mode. Each "
+            "variant's real syncs per call must equal its hazards count for count (`expected_syncs`: one sync per "
+            f"hazard, except {SYNCS_PER_HAZARD or 'no op'}).", syncs_against_hazards),
+    Section("corpus", "The scan corpus: labels, the scan, and real CUDA syncs per line",
+            "Each construct is one line (`pitfalls.scan_corpus`); real syncs are counted under "
+            "`torch.cuda.set_sync_debug_mode(\"warn\")`, the scan on the eager program.",
+            scan_corpus_on_device, _corpus_tables),
+    Section("gate", "Every variant against naive (pitfalls check)",
+            "A variant whose own code path did not run here (a stand-in ran instead) is n/a, never a pass.", gate),
+    Section("nvml", "NVML while each case loops",
+            "Utilization is the share of time any kernel ran (not SM occupancy): a sync-bound loop can still read "
+            "high.", nvml_while_looping),
+    Section("timing", "CUDA-event time against host time (ms per call, smoke sizes)", "", event_against_host_time),
+    Section("speedups", "Speedup over naive, interleaved in one process",
+            "At each family's article sizes; the floor is each family's job done as fast as the hardware allows. The "
+            "loss / ignore_index row at batch 256, 256x256 is article 000's headline (240x on an A10G).", speedups),
+    Section("parallel memory", "parallel: device 0's memory and the largest global batch that fits",
+            "Per variant at the article's size: device 0's estimated and measured peak (CUDA max allocated) and the "
+            "largest global batch a bounded search ran (GPU only).", parallel_memory),
+    Section("scan_loader", "scan-loader: pin_memory off and on (the loader family's naive variant, smoke size)", "",
+            pinned_against_unpinned),
+    Section("loader step cost", "loader: the model_ms step, planted against measured (ms per call), and the verdict "
+            "with it", "", loader_step_cost),
+    Section("calibration", "Calibration: known answers through the suite's instruments (`pitfalls calibrate`)", "",
+            calibration),
+)
+# The asv quick grid runs last, after every section above: it is the longest part, and its results are files.
+ASV = "asv"
+ASV_TITLE = "asv quick grid on this device"
+NOT_REACHED = {"skipped": "not reached: the run stopped before this check"}
+UNFINISHED = {"skipped": "started, not finished: the run stopped (or hung) in this check"}
+
+
+def _failed(outcome: dict[str, Any]) -> str:
+    return f"**failed**: `{outcome['error']}`\n\n```\n{outcome['traceback'].rstrip()}\n```\n"
+
+
+def _is_failure(outcome: Any) -> bool:
+    return isinstance(outcome, dict) and "error" in outcome and "traceback" in outcome
+
+
+def _section_text(outcome: Any, render: Callable[[Any], str]) -> str:
+    if _is_failure(outcome):
+        return _failed(outcome)
+    if isinstance(outcome, dict) and set(outcome) == {"skipped"}:
+        return f"skipped: {outcome['skipped']}\n"
+    return render(outcome)
+
+
 def render_report(figures: dict[str, Any]) -> str:
-    """The markdown report of one proof run."""
+    """The markdown report of one proof run, also of one that stopped part-way (its missing checks say so)."""
     env = figures["environment"]
+    seconds = figures.get("seconds", "(still running, or stopped)")
     parts = [
         "# GPU proof\n",
         f"Device `{figures['device']}`, GPU: {env.get('gpus')}, torch {env.get('torch')}, CUDA {env.get('cuda')}, "
-        f"driver {env.get('driver')}, suite commit {env.get('commit')}. Wall time {figures['seconds']} s.\n",
-        "## Real CUDA syncs against sync hazards (per call)\n",
-        "Hazards are counted on the eager program on any device; syncs by PyTorch's CUDA sync debug mode. Each "
-        "variant's real syncs per call must equal its hazards count for count (`expected_syncs`: one sync per "
-        f"hazard, except {SYNCS_PER_HAZARD or 'no op'}).\n",
-        _table(figures["syncs"]),
-        "## The scan corpus: labels, the scan, and real CUDA syncs per line\n",
-        "Each construct is one line (`pitfalls.scan_corpus`); real syncs are counted under "
-        "`torch.cuda.set_sync_debug_mode(\"warn\")`, the scan on the eager program.\n",
-        _table([{"check": k, "agreement": v} for k, v in figures.get("corpus", {}).get("agreement", {}).items()]),
-        _table(figures.get("corpus", {}).get("rows", [])),
-        "## Every variant against naive (pitfalls check)\n",
-        "A variant whose own code path did not run here (a stand-in ran instead) is n/a, never a pass.\n",
-        _table(figures["gate"]),
-        "## NVML while each case loops\n",
-        "Utilization is the share of time any kernel ran (not SM occupancy): a sync-bound loop can still read high.\n",
-        _table(figures["nvml"]),
-        "## CUDA-event time against host time (ms per call, smoke sizes)\n",
-        _table(figures["timing"]),
-        "## Speedup over naive, interleaved in one process\n",
-        "At each family's article sizes; the floor is each family's job done as fast as the hardware allows. The "
-        "loss / ignore_index row at batch 256, 256x256 is article 000's headline (240x on an A10G).\n",
-        _table(figures["speedups"]),
-        "## Calibration: known answers through the suite's instruments (`pitfalls calibrate`)\n",
-        _table(figures.get("calibration", [])),
-        "## parallel: device 0's memory and the largest global batch that fits\n",
-        "Per variant at the article's size: device 0's estimated and measured peak (CUDA max allocated) and the "
-        "largest global batch a bounded search ran (GPU only).\n",
-        _table(figures.get("parallel memory", [])),
-        "## scan-loader: pin_memory off and on (the loader family's naive variant, smoke size)\n",
-        _table(figures.get("scan_loader", [])),
-        "## loader: the model_ms step, planted against measured (ms per call), and the verdict with it\n",
-        _table(figures.get("loader step cost", [])),
-        "## asv quick grid on this device\n",
-        _table([figures["asv"]]),
+        f"driver {env.get('driver')}, suite commit {env.get('commit')}. Wall time {seconds} s.\n",
     ]
+    failures = failed_checks(figures)
+    if failures:
+        parts.append(f"Checks that raised (each one's traceback is in its section): {', '.join(failures)}.\n")
+    for section in SECTIONS:
+        parts.append(f"## {section.title}\n")
+        if section.intro:
+            parts.append(section.intro + "\n")
+        parts.append(_section_text(figures.get(section.key, NOT_REACHED), section.render))
+    parts += [f"## {ASV_TITLE}\n", _section_text(figures.get(ASV, NOT_REACHED), lambda outcome: _table([outcome]))]
     return "\n".join(parts)
 
 
-def run(out: Path, device: str, *, with_asv: bool = True) -> dict[str, Any]:
-    """Run every check and write ``report.md`` and ``figures.json`` into ``out``.
+def failed_checks(figures: Mapping[str, Any]) -> list[str]:
+    """The names of the checks of a proof run that raised instead of measuring."""
+    return [key for key in check_names() if _is_failure(figures.get(key))]
+
+
+def _attempt(out: Path, figures: dict[str, Any], key: str, measure: Callable[[], Any]) -> None:
+    """Run one check into ``figures[key]``, the files saying it is under way while it runs and what it gave after.
+
+    If it raises, its outcome is the error and its traceback, so that the checks after it run. The error is not
+    hidden: it is printed, written into its section of the report, and makes the run exit 1.
+    """
+    print(f"gpu-proof: {key} ...", file=sys.stderr, flush=True)
+    figures[key] = dict(UNFINISHED)
+    _write(out, figures)
+    try:
+        figures[key] = measure()
+    except Exception as error:  # any error of one check: recorded, and the run goes on to the next
+        trace = traceback.format_exc()
+        print(trace, file=sys.stderr, flush=True)
+        figures[key] = {"error": f"{type(error).__name__}: {error}", "traceback": trace}
+    _write(out, figures)
+
+
+def _write(out: Path, figures: dict[str, Any]) -> None:
+    # Whole or not at all: a time limit can stop the run while it writes.
+    text = json.dumps(figures, indent=2, default=str)
+    atomic_write(out / "figures.json", lambda path: path.write_text(text))
+    report = render_report(figures)
+    atomic_write(out / "report.md", lambda path: path.write_text(report))
+
+
+def check_names() -> tuple[str, ...]:
+    """Every check a proof run can do, in the order it does them (the choices of ``--only``)."""
+    return (*(s.key for s in SECTIONS), ASV)
+
+
+def run(out: Path, device: str, *, with_asv: bool = True, only: Sequence[str] = ()) -> dict[str, Any]:
+    """Run every check and write ``report.md`` and ``figures.json`` into ``out``, after each check.
+
+    A check that raises is recorded with its traceback and the next one runs; a run stopped part-way (a time
+    limit, a hang) leaves the checks it finished, the one it was in marked unfinished, the others not reached.
 
     Args:
         out: the folder for the report and asv's results (created; files of an earlier run are replaced).
         device: "cuda" for the proof; "cpu" for a dry run with small sizes.
         with_asv: also run the asv quick grid's cases for the device.
+        only: run these checks alone (names of `check_names`); every check when empty.
 
     Returns:
         The figures, as written to ``figures.json``.
     """
+    unknown = [name for name in only if name not in check_names()]
+    if unknown:
+        raise ValueError(f"no such check: {', '.join(unknown)} (choose from {', '.join(check_names())})")
     out.mkdir(parents=True, exist_ok=True)
     sizes = GPU_SIZES if device == "cuda" else DRY_RUN_SIZES
     started = time.perf_counter()
     figures: dict[str, Any] = {"device": device, "sizes": asdict(sizes), "environment": environment_facts()}
-    for name, check in (("syncs", syncs_against_hazards), ("corpus", scan_corpus_on_device), ("gate", gate),
-                        ("nvml", nvml_while_looping), ("timing", event_against_host_time), ("speedups", speedups),
-                        ("parallel memory", parallel_memory), ("scan_loader", pinned_against_unpinned),
-                        ("loader step cost", loader_step_cost),
-                        ("calibration", calibration)):
-        print(f"gpu-proof: {name} ...", file=sys.stderr, flush=True)
-        figures[name] = check(device, sizes)
-    if with_asv:
-        print("gpu-proof: asv quick grid ...", file=sys.stderr, flush=True)
-        figures["asv"] = asv_quick_grid(device, out, machine_name(device))
+    chosen = set(only or check_names())
+    # Every check is "not reached" until it runs, so that a run stopped part-way says so in figures.json too.
+    figures.update({key: dict(NOT_REACHED) for key in check_names()})
+    for section in SECTIONS:
+        if section.key not in chosen:
+            figures[section.key] = {"skipped": f"not selected (--only {','.join(only)})"}
+            continue
+        _attempt(out, figures, section.key, functools.partial(section.measure, device, sizes))
+    if not with_asv:
+        figures[ASV] = {"skipped": "--no-asv"}
+    elif ASV not in chosen:
+        figures[ASV] = {"skipped": f"not selected (--only {','.join(only)})"}
     else:
-        figures["asv"] = {"skipped": "--no-asv"}
+        _attempt(out, figures, ASV, functools.partial(asv_quick_grid, device, out, machine_name(device)))
     figures["seconds"] = round(time.perf_counter() - started, 1)
-    (out / "figures.json").write_text(json.dumps(figures, indent=2, default=str))
-    (out / "report.md").write_text(render_report(figures))
+    _write(out, figures)
     return figures
+
+
+def _rows(figures: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
+    outcome = figures.get(key)
+    return outcome if isinstance(outcome, list) else []
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -476,14 +578,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                         help="cuda (the proof) or cpu (a dry run with small sizes)")
     parser.add_argument("--no-asv", action="store_true", help="skip the asv quick grid")
+    parser.add_argument("--only", default="", metavar="CHECK[,CHECK]",
+                        help=f"run these checks alone, e.g. to repeat one that failed ({', '.join(check_names())})")
     args = parser.parse_args(argv)
+    only = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = [name for name in only if name not in check_names()]
+    if unknown:
+        parser.error(f"--only: no such check {', '.join(map(repr, unknown))} (choose from "
+                     f"{', '.join(check_names())})")
     if args.device == "cuda" and not cuda_available():
         parser.error("no CUDA device here; run on a GPU machine, or use --device cpu for a dry run")
-    figures = run(args.out, args.device, with_asv=not args.no_asv)
+    figures = run(args.out, args.device, with_asv=not args.no_asv, only=only)
     print((args.out / "report.md").read_text())
-    disagreements = [row for row in figures["syncs"] if row["count_for_count"] == "NO"]
-    failed = [row for row in figures["gate"] if row["matches_naive"] == "NO"]
-    return 1 if disagreements or failed else 0
+    disagreements = [row for row in _rows(figures, "syncs") if row["count_for_count"] == "NO"]
+    failed = [row for row in _rows(figures, "gate") if row["matches_naive"] == "NO"]
+    return 1 if disagreements or failed or failed_checks(figures) else 0
 
 
 if __name__ == "__main__":
