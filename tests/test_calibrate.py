@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from pitfalls.calibration import shared
 from pitfalls.calibration.run import all_checks, run_checks
-from pitfalls.calibration.table import CPU, CUDA
+from pitfalls.calibration.table import CPU, CUDA, Check, Reading
 
 # Timing and memory figures read against planted values: with the machine to themselves.
 pytestmark = pytest.mark.serial
@@ -73,6 +73,20 @@ def test_cuda_rows_never_pass_without_cuda() -> None:
         pytest.skip("a CUDA device is present: the rows run")
     rows = run_checks([c for c in all_checks() if c.device == CUDA], "cuda")
     assert rows and all(r.verdict == "not run" for r in rows)
+
+
+def test_a_cpu_check_runs_on_the_cpu_when_the_table_is_asked_for_cuda() -> None:
+    # The GPU proof asks for the whole table on "cuda": the loader's and the parallel family's rows must still run
+    # their planted CPU workload (they had read n/a, or built the step on a device they were not tuned for).
+    seen: list[str] = []
+
+    def measure(device: str) -> Reading:
+        seen.append(device)
+        return Reading(planted=1.0, measured=1.0)
+
+    check = Check(name="planted", instruments=("time",), unit="ms", tolerance=0.1, measure=measure)
+    [row] = run_checks([check], CUDA)
+    assert seen == [CPU] and row.verdict == "pass"
 
 
 class _Slow(Dataset[torch.Tensor]):

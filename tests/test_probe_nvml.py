@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import pytest
@@ -11,6 +12,7 @@ import torch
 from fakes import (
     FakeClock,
     FakeNVML,
+    NVMLError,
     NVMLError_GpuIsLost,
     NVMLError_LibraryNotFound,
     NVMLError_NotFound,
@@ -134,6 +136,64 @@ def test_an_unsupported_metric_is_unavailable_while_the_others_go_on() -> None:
     assert s.failure is None
     assert s.power_w == Unavailable("not supported on this GPU")
     assert s.utilization_pct.samples >= 3
+
+
+class NVMLError_NoPermission(NVMLError):  # noqa: N801 (pynvml's names)
+    def __str__(self) -> str:
+        return "Insufficient Permissions"
+
+
+class NVMLError_DriverNotLoaded(NVMLError):  # noqa: N801
+    def __str__(self) -> str:
+        return "Driver Not Loaded"
+
+
+class NVMLError_Uninitialized(NVMLError):  # noqa: N801
+    def __str__(self) -> str:
+        return "Uninitialized"
+
+
+@dataclass
+class PowerFailing(FakeNVML):
+    """A fake NVML whose power reader raises ``power_error`` on every read, as a sandboxed GPU's does."""
+
+    power_error: Exception = field(default_factory=NVMLError_Unknown)
+
+    NVMLError_NoPermission = NVMLError_NoPermission
+    NVMLError_DriverNotLoaded = NVMLError_DriverNotLoaded
+    NVMLError_Uninitialized = NVMLError_Uninitialized
+
+    def nvmlDeviceGetPowerUsage(self, _handle: object) -> int:  # noqa: N802
+        self._tick()
+        raise self.power_error
+
+
+@pytest.mark.parametrize(("error", "reason"), [(NVMLError_NoPermission(4), "no permission"),
+                                               (NVMLError_Unknown(999), "NVML error: Unknown Error")])
+def test_a_metric_that_fails_its_first_read_is_unavailable_while_the_others_go_on(error, reason) -> None:
+    nvml = PowerFailing(power_error=error)
+    with NvmlSampler(0, interval_s=FAST, nvml=nvml) as sampler:
+        wait_for(lambda: nvml.calls >= 12)  # three rounds of the four readers
+    s = sampler.summary
+    assert s.failure is None
+    assert s.power_w == Unavailable(reason) and str(s.power_w) == f"unavailable: {reason}"  # never 0 W
+    for metric in (s.utilization_pct, s.memory_used_mib, s.sm_clock_mhz):
+        assert isinstance(metric, MetricSummary) and metric.samples >= 3
+    assert nvml.shutdowns == 1
+
+
+@pytest.mark.parametrize(("error", "reason"), [(NVMLError_GpuIsLost(15), "GPU is lost"),
+                                               (NVMLError_DriverNotLoaded(9), "NVIDIA driver not loaded"),
+                                               (NVMLError_Uninitialized(1), "NVML error: Uninitialized")])
+def test_a_gone_gpu_or_driver_on_a_first_read_still_ends_the_window(error, reason) -> None:
+    nvml = PowerFailing(power_error=error)
+    with NvmlSampler(0, interval_s=FAST, nvml=nvml) as sampler:
+        wait_for(lambda: not sampler_threads())  # the thread stops by itself
+    s = sampler.summary
+    assert s.failure == f"{reason} (mid-run, after 1 sample)"
+    assert s.power_w == Unavailable(s.failure) and s.sm_clock_mhz == Unavailable(s.failure)
+    assert s.utilization_pct.samples == 1 and s.memory_used_mib.samples == 1
+    assert s.nvml_utilization_pct == Unavailable(s.failure)
 
 
 def test_the_thread_stops_and_the_error_propagates_when_the_block_raises() -> None:

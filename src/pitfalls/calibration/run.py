@@ -45,7 +45,9 @@ def run_checks(checks: Sequence[Check], device: str) -> list[Row]:
             why = "no CUDA device" if not torch.cuda.is_available() else "--device cpu"
             rows.append(verdict(check, Reading(planted=float("nan"), measured=Unavailable(f"not run here: {why}"))))
             continue
-        rows.append(verdict(check, check.measure(device)))
+        # Each check on its own device: a CPU check's known answer and tolerance are the CPU's (its planted
+        # workers, its gloo ranks), whatever device the table was asked for.
+        rows.append(verdict(check, check.measure(check.device)))
     return rows
 
 

@@ -1,11 +1,11 @@
 """The calibration family: variants whose costs are planted, so every shared figure has a known answer.
 
 A call of ``naive`` is 2T ms of host work and k ``.item()`` calls; one of ``half`` is T ms of work and no
-``.item()``; the floor does neither. All touch ``mib`` MiB of fresh memory and return the same value. So the
-suite's own figures must read: time per call T (or 2T) on a quiet machine, speedup of ``half`` over ``naive``
-2.0, sync hazards k and 0, and a peak of ``mib`` MiB for one call. ``pitfalls calibrate`` runs the same cases
-through the same functions and judges the readings; asv publishes them, so the site shows each instrument's
-reading over commits, machines and versions.
+``.item()``; the floor does neither. All touch ``mib`` MiB of fresh memory on the case's device and return the
+same value. So the suite's own figures must read: time per call T (or 2T) on a quiet machine, speedup of ``half``
+over ``naive`` 2.0, sync hazards k and 0, and a peak of ``mib`` MiB for one call. ``pitfalls calibrate`` runs the
+same cases through the same functions and judges the readings; asv publishes them, so the site shows each
+instrument's reading over commits, machines and versions.
 
 The work is a host busy-wait on the calling thread's CPU clock, as real work is a fixed amount of computing: on a
 loaded machine both variants stretch by the share of a core they get, and their ratio stays 2. A wait on the wall
@@ -68,12 +68,22 @@ def recording() -> Iterator[list[tuple[float, float]]]:
         _RECORD = previous
 
 
-def touch(mib: int) -> torch.Tensor:
-    """Allocate ``mib`` MiB and write every byte of it; returns it so the caller decides when it is freed."""
-    block = torch.empty(mib * MIB, dtype=torch.uint8)
-    # memset runs on this thread: its CPU time is on the clock the planted work is counted on (torch's fill_
-    # would spread it over an OpenMP pool, and wait there for a thread the scheduler parked).
-    ctypes.memset(block.data_ptr(), 1, block.numel())
+def touch(mib: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Allocate ``mib`` MiB on ``device`` and write every byte of it; returns it so the caller decides when it is
+    freed.
+
+    The block lands on the case's device, so that the figure that reads that device's memory (ru_maxrss on the
+    host, the CUDA caching allocator's high-water mark on a GPU) sees the planted MiB.
+    """
+    block = torch.empty(mib * MIB, dtype=torch.uint8, device=device)
+    if block.device.type == "cpu":
+        # memset runs on this thread: its CPU time is on the clock the planted work is counted on (torch's fill_
+        # would spread it over an OpenMP pool, and wait there for a thread the scheduler parked).
+        ctypes.memset(block.data_ptr(), 1, block.numel())
+    else:
+        # A device pointer is not host memory: memset on it would crash or write elsewhere. fill_ is queued on the
+        # device; the allocator counted the block when it was allocated, which is what a peak reads.
+        block.fill_(1)
     return block
 
 
@@ -82,7 +92,7 @@ def planted(x: torch.Tensor, ms: float, items: int, mib: int) -> torch.Tensor:
     (the busy-wait makes up the rest); returns x.sum()."""
     since = (time.perf_counter(), time.thread_time())
     if mib:
-        touch(mib)  # freed at once: the peak of one call is its size
+        touch(mib, x.device)  # freed at once: the peak of one call is its size
     for i in range(items):
         x[i % x.numel()].item()
     busy_wait(ms, since)

@@ -44,6 +44,9 @@ _MIB = 1024 * 1024
 # whose GPUs are not kept initialised (no persistence mode), so this is generous.
 DEFAULT_TIMEOUT_S = 10.0
 _METRICS = ("utilization_pct", "memory_used_mib", "power_w", "sm_clock_mhz")
+# NVML errors that mean the GPU or the driver is gone: one of them ends a window whichever metric raised it.
+_FATAL_ERRORS = ("NVMLError_GpuIsLost", "NVMLError_DriverNotLoaded", "NVMLError_Uninitialized",
+                 "NVMLError_LibraryNotFound", "NVMLError_ResetRequired")
 
 
 @dataclass(frozen=True)
@@ -194,6 +197,17 @@ def nvml_error_reason(nvml: Any, err: BaseException) -> str:
     return f"NVML error: {err}"
 
 
+def _is_a(nvml: Any, err: BaseException, cls_name: str) -> bool:
+    """Whether ``err`` is the binding's error class ``cls_name`` (False where the binding has no such class)."""
+    cls = getattr(nvml, cls_name, None)
+    return isinstance(cls, type) and isinstance(err, cls)
+
+
+def _is_fatal(nvml: Any, err: BaseException) -> bool:
+    """Whether ``err`` says the GPU or the driver is gone, so no metric can be read any more in this window."""
+    return any(_is_a(nvml, err, cls_name) for cls_name in _FATAL_ERRORS)
+
+
 def _summary(values: list[float], unit: str) -> MetricSummary:
     return MetricSummary(mean=statistics.fmean(values), max=max(values), samples=len(values), unit=unit)
 
@@ -315,10 +329,13 @@ class _Window:
                 self.values[metric].append(read())
             except nvml.NVMLError as err:
                 reason = nvml_error_reason(nvml, err)
-                not_supported = getattr(nvml, "NVMLError_NotSupported", None)
-                if isinstance(not_supported, type) and isinstance(err, not_supported):
+                if not _is_fatal(nvml, err) and (_is_a(nvml, err, "NVMLError_NotSupported")
+                                                 or not self.values[metric]):
+                    # A metric this GPU or this sandbox never lets us read (power under a VM: NoPermission or
+                    # Unknown) says nothing of the device: the others go on sampling the whole window.
                     self.disabled[metric] = reason
                     continue
+                # The GPU or driver is gone, or a metric that was read fails now: the device changed under us.
                 n = max((len(v) for v in self.values.values()), default=0)
                 self.failure = f"{reason} (mid-run, after {n} sample{'' if n == 1 else 's'})"
                 return
