@@ -420,8 +420,8 @@ def test_a_quick_asv_run_records_numbers_here_and_skips_for_what_is_missing(tmp_
             assert math.isfinite(value) and value > 0 or name.endswith("track_sync_hazards"), f"{name}({params})"
     hazards = results["bench_loss.SyncHazards.track_sync_hazards"]
     labels = [", ".join(combo) for combo in itertools.product(*hazards[1])]
-    # Exactly the counts pitfalls check shows: the naive step's five hazards, none for ignore_index.
-    assert hazards[0][labels.index("'naive', 4, 64, 'cpu'")] == 5
+    # Exactly the counts pitfalls check shows: the naive step's six hazards, none for ignore_index.
+    assert hazards[0][labels.index("'naive', 4, 64, 'cpu'")] == 6
     assert hazards[0][labels.index("'ignore_index', 4, 64, 'cpu'")] == 0
     if not cuda:
         assert "asv: skipped: NotImplementedError('no CUDA device')" in done.stdout

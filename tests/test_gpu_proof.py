@@ -30,7 +30,7 @@ def test_dry_run_writes_every_section_with_real_hazards_and_reasons(tmp_path, ca
     rows = {(r["family"], r["variant"]): r for r in figures["syncs"]}
     assert set(rows) == {(e.name, v) for e in all_families().values() if "hazards" in e.figures for v in e.cases}
     # The counts pitfalls check shows, per call at the smoke size.
-    assert rows[("loss", "naive")]["sync_hazards"] == 5
+    assert rows[("loss", "naive")]["sync_hazards"] == 6
     assert rows[("loss", "ignore_index")]["sync_hazards"] == 0
     assert rows[("sampler", "nonzero")]["sync_hazards"] == 2
     assert rows[("sampler", "static")]["sync_hazards"] == 0
@@ -39,7 +39,7 @@ def test_dry_run_writes_every_section_with_real_hazards_and_reasons(tmp_path, ca
         assert all(r["cuda_syncs"].startswith("unavailable: no CUDA device") for r in rows.values())
         assert all(r["count_for_count"] == "n/a" for r in rows.values())
     naive = rows[("loss", "naive")]
-    assert naive["expected_syncs"] == 5 and sum(naive["by_op"].values()) == 5
+    assert naive["expected_syncs"] == 6 and sum(naive["by_op"].values()) == 6
     gate = {(r["family"], r["variant"]): r for r in figures["gate"]}
     assert set(gate) == {(e.name, v) for e in all_families().values() for v in e.variants}
     # No row passes unless its own code path ran.

@@ -21,13 +21,15 @@ NONZERO = "aten.nonzero.default"
 UNIQUE = "aten._unique2.default"
 MASK_INDEX = "aten.index.Tensor (bool mask)"
 MASK_INDEX_PUT = "aten.index_put.default (bool mask)"
+HOST_VALUE_PUT = "aten.index_put_.default (host value to device)"
 
 # Forward + loss (Case.fn: the net's logits, then the variant's loss).
 LOSS_FORWARD: dict[str, dict[str, int]] = {
     # nonzero(target == background) finds the background pixels (1 nonzero); writing IGNORE there indexes with
-    # the integer tensors nonzero returned, which is asynchronous (not counted); unique(target) (1 _unique2);
-    # then target[mask] and logits[mask] (2 boolean-mask index).
-    "naive": {NONZERO: 1, UNIQUE: 1, MASK_INDEX: 2},
+    # the integer tensors nonzero returned, asynchronous in itself, but the Python number is a CPU tensor on CUDA
+    # and _index_put_impl_ copies it to the device first, a blocking copy (1 index_put, host value to device);
+    # unique(target) (1 _unique2); then target[mask] and logits[mask] (2 boolean-mask index).
+    "naive": {NONZERO: 1, HOST_VALUE_PUT: 1, UNIQUE: 1, MASK_INDEX: 2},
     # torch.where removes the nonzero; unique and both masks stay.
     "where": {UNIQUE: 1, MASK_INDEX: 2},
     # sort + diff + count_nonzero replace unique, and torch.where replaces the Python branch on its result;
@@ -41,7 +43,7 @@ LOSS_FORWARD: dict[str, dict[str, int]] = {
 # where the logits were masked: index's backward scatters the gradient with index_put and the same boolean mask
 # (the masked target has no gradient, so its mask adds nothing). zero_grad and SGD add none.
 LOSS_STEP: dict[str, dict[str, int]] = {
-    "naive": {NONZERO: 1, UNIQUE: 1, MASK_INDEX: 2, MASK_INDEX_PUT: 1},
+    "naive": {NONZERO: 1, HOST_VALUE_PUT: 1, UNIQUE: 1, MASK_INDEX: 2, MASK_INDEX_PUT: 1},
     "where": {UNIQUE: 1, MASK_INDEX: 2, MASK_INDEX_PUT: 1},
     "sort_count": {MASK_INDEX: 2, MASK_INDEX_PUT: 1},
     "ignore_index": {},
@@ -95,7 +97,7 @@ def test_sampler_batch_hazards(variant) -> None:
 
 SMALL = {"loss": {"batch": 2, "image_size": 16}, "sampler": {"n": 1000, "batch": 1},
          "calibration": {"ms": 0, "items": 4, "mib": 0}}
-BASELINE_TOTAL = {"loss": 5, "sampler": 2, "calibration": 4}  # calibration: k planted .item() calls
+BASELINE_TOTAL = {"loss": 6, "sampler": 2, "calibration": 4}  # calibration: k planted .item() calls
 
 
 @pytest.mark.parametrize("family", [f for f in registry.family_names() if "hazards" in registry.family(f).figures])
@@ -112,26 +114,34 @@ class _Dispatched(TorchDispatchMode):
 
     def __init__(self) -> None:
         super().__init__()
-        self.calls: list[tuple[torch._ops.OpOverload, tuple, dict]] = []
+        self.calls: list[tuple[torch._ops.OpOverload, tuple, dict, object]] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 (torch's protocol)
-        self.calls.append((func, args, kwargs or {}))
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        self.calls.append((func, args, kwargs or {}, out))
+        return out
 
 
 def hazards_among_dispatched(case) -> dict[str, int]:
     """Count, from the ops one call dispatched, those whose result the host must wait for: an op tagged as having
-    a data-dependent output shape or value, except indexing, which waits only for a boolean mask."""
+    a data-dependent output shape or value, except indexing, which waits only for a boolean mask; and an index_put
+    through integer indices of a 0-dim value that no dispatched op made (a Python number, which `x[i] = v` turns
+    into a CPU tensor without dispatching, and ATen copies to the device)."""
     with _Dispatched() as seen:
         case()
+    # lift_fresh only hands a constant made outside dispatch (the Python number's tensor) to the mode.
+    made = {id(out) for func, _, _, out in seen.calls if func is not torch.ops.aten.lift_fresh.default}
     found: Counter[str] = Counter()
-    for func, args, kwargs in seen.calls:
+    for func, args, kwargs, _ in seen.calls:
         name = str(func)
         if name in ("aten.index.Tensor", "aten.index_put.default", "aten.index_put_.default",
                     "aten._index_put_impl_.default"):
             indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
+            value = args[2] if len(args) > 2 else None
             if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices):
                 found[f"{name} (bool mask)"] += 1
+            elif isinstance(value, torch.Tensor) and value.dim() == 0 and id(value) not in made:
+                found[f"{name} (host value to device)"] += 1
         elif {torch.Tag.dynamic_output_shape, torch.Tag.data_dependent_output} & set(func.tags):
             found[name] += 1
     return dict(found)

@@ -17,17 +17,18 @@ from pitfalls.probes.syncs import (
     count_cuda_syncs,
     count_hazards,
     hazard_label,
+    syncs_per_call,
 )
 
 aten = torch.ops.aten
 
 
 class OnDevice(torch.Tensor):
-    """A data-less tensor that claims to live on an accelerator, to test device-to-host rules without one."""
+    """A data-less tensor that claims to live on an accelerator, to test the copy rules without one."""
 
     @staticmethod
-    def __new__(cls, device: str) -> OnDevice:
-        return torch.Tensor._make_wrapper_subclass(cls, (2,), dtype=torch.float32, device=torch.device(device))
+    def __new__(cls, device: str, dtype: torch.dtype = torch.float32) -> OnDevice:
+        return torch.Tensor._make_wrapper_subclass(cls, (2,), dtype=dtype, device=torch.device(device))
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
@@ -66,15 +67,43 @@ def test_hazard_label(op, args, kwargs, expected) -> None:
     assert hazard_label(op, args, kwargs) == expected
 
 
-def test_device_to_host_copies_are_hazards_and_other_copies_are_not() -> None:
+def test_blocking_copies_between_host_and_device_are_hazards_both_ways_and_others_are_not() -> None:
+    # Without non_blocking CUDA's copy kernel ends with memcpy_and_sync whichever way it copies.
     gpu, cpu = OnDevice("cuda"), torch.empty(2)
-    to_cpu = {"device": torch.device("cpu")}
+    to_cpu, to_gpu = {"device": torch.device("cpu")}, {"device": torch.device("cuda")}
     assert hazard_label(aten._to_copy.default, (gpu,), to_cpu) == "aten._to_copy.default (device to host)"
     assert hazard_label(aten._to_copy.default, (gpu,), {**to_cpu, "non_blocking": True}) is None
-    assert hazard_label(aten._to_copy.default, (cpu,), {"device": torch.device("cuda")}) is None
+    assert hazard_label(aten._to_copy.default, (cpu,), to_gpu) == "aten._to_copy.default (host to device)"
+    assert hazard_label(aten._to_copy.default, (cpu,), {**to_gpu, "non_blocking": True}) is None
+    assert hazard_label(aten._to_copy.default, (cpu,), to_cpu) is None
+    assert hazard_label(aten._to_copy.default, (gpu,), {"dtype": torch.float64}) is None
     assert hazard_label(aten.copy_.default, (cpu, gpu), {}) == "aten.copy_.default (device to host)"
     assert hazard_label(aten.copy_.default, (cpu, gpu, True), {}) is None
-    assert hazard_label(aten.copy_.default, (gpu, cpu), {}) is None
+    assert hazard_label(aten.copy_.default, (gpu, cpu), {}) == "aten.copy_.default (host to device)"
+    assert hazard_label(aten.copy_.default, (gpu, cpu), {"non_blocking": True}) is None
+    assert hazard_label(aten.copy_.default, (cpu, torch.empty(2)), {}) is None
+
+
+def test_an_index_put_of_a_host_scalar_copies_it_to_the_device_unless_it_takes_masked_fill() -> None:
+    gpu, host_scalar, mask = OnDevice("cuda"), torch.zeros(()), OnDevice("cuda", torch.bool)
+    integer = OnDevice("cuda", torch.long)
+    put = aten.index_put_.default
+    # _index_put_impl_: value.to(self.device()) for a one-element 0-dim value on another device.
+    assert hazard_label(put, (gpu, [integer], host_scalar), {}) == f"{put} (host value to device)"
+    assert syncs_per_call(f"{put} (host value to device)") == 1
+    # One mask and a host scalar: masked_fill_, no copy, no nonzero.
+    assert hazard_label(put, (gpu, [mask], host_scalar), {}) is None
+    # accumulate=True skips masked_fill_: the mask's nonzero and the copy, two syncs in one call.
+    both = hazard_label(put, (gpu, [mask], host_scalar, True), {})
+    assert both == f"{put} (bool mask + host value to device)" and syncs_per_call(both) == 2
+    # A value already on the device: no copy.
+    assert hazard_label(put, (gpu, [integer], OnDevice("cuda")), {}) is None
+    assert syncs_per_call("aten.bincount.default") == 2 and syncs_per_call("aten.nonzero.default") == 1
+    # One nonzero per mask (ATen's expandTensors), reads and writes alike.
+    masks = [OnDevice("cuda", torch.bool), None, OnDevice("cuda", torch.bool)]
+    assert hazard_label(aten.index.Tensor, (gpu, masks), {}) == "aten.index.Tensor (2 bool masks)"
+    assert syncs_per_call("aten.index.Tensor (2 bool masks)") == 2
+    assert syncs_per_call(f"{put} (2 bool masks + host value to device)") == 3
 
 
 # -- counting -------------------------------------------------------------------------------------------------
@@ -283,16 +312,20 @@ def test_a_mask_assignment_of_a_host_made_scalar_takes_atens_masked_fill_path() 
     assert assign(lambda y: -1).total == 0
     # Built from a Python number with no device: on the host in the CUDA program too.
     assert assign(lambda y: torch.tensor(2.0)).total == 0
+    # Made on the host and copied to the device (1), then a device value: no masked_fill_ path (1).
     assert assign(lambda y: torch.tensor(2.0, device=y.device)).as_dict() == {
-        "aten.index_put_.default (bool mask)": 1
+        "torch.tensor (host to device)": 1, "aten.index_put_.default (bool mask)": 1
     }
     assert assign(lambda y: y.max()).as_dict() == {"aten.index_put_.default (bool mask)": 1}
     assert assign(lambda y: y[mask] * 2).total == 2  # the read, and a many-element value
-    # Two indices, or accumulate=True, leave ATen's masked_fill_ path whatever the value.
+    # Two indices, or accumulate=True, leave ATen's masked_fill_ path whatever the value: each mask's nonzero, and
+    # the host scalar's copy to the device.
     two = count_hazards(lambda: x.clone().view(2, 4).__setitem__((mask[:2], mask[:4]), 0.0))
-    assert two.as_dict() == {"aten.index_put_.default (bool mask)": 1}
+    assert two.as_dict() == {"aten.index_put_.default (2 bool masks + host value to device)": 3}
     accumulated = count_hazards(lambda: x.clone().index_put_((mask,), torch.tensor(1.0), accumulate=True))
-    assert accumulated.as_dict() == {"aten.index_put_.default (bool mask)": 1}
+    assert accumulated.as_dict() == {"aten.index_put_.default (bool mask + host value to device)": 2}
+    device_value = count_hazards(lambda: x.clone().index_put_((mask,), x.max(), accumulate=True))
+    assert device_value.as_dict() == {"aten.index_put_.default (bool mask)": 1}
 
 
 def test_host_copies_are_counted_at_the_python_api_once_each() -> None:

@@ -72,18 +72,21 @@ def test_loss_naive_lists_exactly_the_counted_hazards_at_their_lines(capsys):
     report = scan_json(capsys, "loss/naive")
     assert per_label(report) == counted("loss", "naive")
     nonzero = line_of(loss.NaiveLoss.compute, "torch.nonzero(")
+    ignore = line_of(loss.NaiveLoss.compute, "target[background] = IGNORE")
     unique = line_of(loss.NaiveLoss.compute, "torch.unique(")
     target_mask = line_of(loss.MaskedLoss.masked_cross_entropy, "= target[mask]")
     pred_mask = line_of(loss.MaskedLoss.masked_cross_entropy, "pred.permute(0, 2, 3, 1)[mask]")
     assert sites(report) == {
         (*nonzero, NONZERO, False): 1,
+        # The Python number is copied to the device before the integer-indexed write.
+        (*ignore, "aten.index_put_.default (host value to device)", False): 1,
         (*unique, UNIQUE, False): 1,
         (*target_mask, MASK_INDEX, False): 1,
         (*pred_mask, MASK_INDEX, False): 1,
         # The mask's backward scatters the gradient with index_put: reported at the forward line that masked.
         (*pred_mask, MASK_INDEX_PUT, True): 1,
     }
-    assert report["hazards_per_call"] == 5
+    assert report["hazards_per_call"] == 6
 
 
 def test_loss_naive_table_ranks_lines_with_their_code_and_rewrite(capsys):
@@ -95,7 +98,10 @@ def test_loss_naive_table_ranks_lines_with_their_code_and_rewrite(capsys):
     _, mask_line = line_of(loss.MaskedLoss.masked_cross_entropy, "= target[mask]")
     row = next(row for row in out.splitlines() if f"loss.py:{mask_line} " in row)
     assert "masked_target = target[mask]" in row and "boolean-mask index" in row and "torch.where(mask" in row
-    assert "5 per call" in out
+    _, ignore_line = line_of(loss.NaiveLoss.compute, "target[background] = IGNORE")
+    row = next(row for row in out.splitlines() if f"loss.py:{ignore_line} " in row)
+    assert "target[background] = IGNORE" in row and "indexed assignment of a" in row and "torch.where(mask, v" in row
+    assert "6 per call" in out
 
 
 def test_loss_ignore_index_scans_clean(capsys):
@@ -244,6 +250,15 @@ def test_the_real_command_line_in_a_subprocess(user_file):
         (ITEM, False, ".item()", "keep the value on the device"),
         ("aten._to_copy.default (device to host)", False, "device-to-host copy", "copy once at the end"),
         ("aten.copy_.default (device to host)", False, "device-to-host copy", "copy once at the end"),
+        ("Tensor.to (host to device)", False, "host-to-device copy (.to(device))", "make it on the device"),
+        ("torch.tensor (host to device)", False, "host-to-device copy (torch.tensor(..., device=...))",
+         "make it on the device"),
+        ("aten._to_copy.default (host to device)", False, "host-to-device copy (a write of host data)", "x[i:i+1]"),
+        ("aten.copy_.default (host to device)", False, "host-to-device copy (a write of host data)", "x[i:i+1]"),
+        ("aten.index_put_.default (host value to device)", False, "indexed assignment of a host value",
+         "torch.full((), v"),
+        ("aten.index_put_.default (bool mask + host value to device)", False,
+         "boolean-mask assignment of a host value", "torch.where(mask, v, x)"),
         ("aten.repeat_interleave.Tensor", False, "aten.repeat_interleave", "output_size="),
         (NONZERO, True, "aten.nonzero (backward)", "count_nonzero + topk"),
         ("aten.some_future_op.default", False, "aten.some_future_op", "fixed-shape form"),

@@ -61,14 +61,19 @@ def test_the_corpus_helper_keeps_both_call_sites() -> None:
     assert callers == [("_nonzero_rows(d.mask)", 1), ("_nonzero_rows(~d.mask)", 1)]
 
 
-def test_torchvisions_matcher_and_sampler_scan_as_eight_per_call_at_the_two_where_lines(capsys) -> None:
+def test_torchvisions_matcher_and_sampler_scan_as_sixteen_per_call_at_the_where_and_index_write_lines(capsys):
     path = EXAMPLES / "detection.py"
     report = scan_json(capsys, f"{path}:make_step")
     positive = line_in_file(path, "torch.where(labels_per_image >= 1)")
     negative = line_in_file(path, "torch.where(labels_per_image == 0)")
-    assert report["hazards_per_call"] == 8
-    assert per_line(report) == {positive: 4, negative: 4}
-    assert {h["label"] for h in report["hazards"]} == {"aten.nonzero.default"}
+    # pos_mask[positive[perm1]] = 1: integer indices and a Python number, which ATen copies to the device first.
+    pos_write = line_in_file(path, "pos_mask[positive[perm1]] = 1")
+    neg_write = line_in_file(path, "neg_mask[negative[perm2]] = 1")
+    assert report["hazards_per_call"] == 16
+    assert per_line(report) == {positive: 4, negative: 4, pos_write: 4, neg_write: 4}
+    labels = {h["line"]: h["label"] for h in report["hazards"]}
+    assert labels[positive] == labels[negative] == "aten.nonzero.default"
+    assert labels[pos_write] == labels[neg_write] == "aten.index_put_.default (host value to device)"
 
 
 def test_a_step_that_logs_item_and_copies_preds_to_the_cpu_names_both_lines(capsys) -> None:

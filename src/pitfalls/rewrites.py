@@ -30,6 +30,12 @@ _UNIQUE = "sort + diff + count_nonzero on the device, and torch.where instead of
 _ITEM = "keep the value on the device: sum tensors in the loop and read once after it; torch.where, not if"
 _COPY = "keep the result on the device and copy once at the end, or non_blocking=True into pinned memory"
 _SHAPE = "give the op a fixed-shape form: a mask with torch.where, topk, or padding to a known size"
+_TO_DEVICE = ("make it on the device (torch.full / torch.zeros / torch.arange with device=), or copy once, outside "
+              "the loop, with non_blocking=True from pinned memory")
+_ELEMENT_WRITE = ("x[i:i+1] = v fills on the device without a copy; a host tensor: copy it once, non_blocking "
+                  "from pinned memory")
+_HOST_VALUE = ("torch.where(mask, v, x) (loss: where), or a value made on the device: torch.full((), v, "
+               "device=x.device)")
 
 # Exact labels from `pitfalls.probes.syncs.hazard_label`; anything else falls through to the rules in `describe`.
 _KINDS: dict[str, HazardKind] = {
@@ -56,6 +62,10 @@ def describe(label: str, *, in_backward: bool = False) -> HazardKind:
     Returns:
         The `HazardKind`.
     """
+    if "index_put" in label and label.endswith("host value to device)"):
+        # x[idx] = 3: ATen copies the Python number, made a CPU tensor, to the device before writing it.
+        op = "boolean-mask assignment of a host value" if "bool mask" in label else "indexed assignment of a host value"
+        return HazardKind(op, _HOST_VALUE)
     if label.endswith("(bool mask)") and "index_put" in label:
         # x[mask] = v dispatches index_put; so does the backward of x[mask], which is how it shows up in a step.
         op = "boolean-mask index (its backward index_put)" if in_backward else "boolean-mask assignment"
@@ -69,6 +79,13 @@ def describe(label: str, *, in_backward: bool = False) -> HazardKind:
         kind = HazardKind(f"device-to-host copy ({shown})", _COPY)
     elif label.endswith("(device to host)"):
         kind = HazardKind("device-to-host copy", _COPY)
+    elif label.startswith(("Tensor.", "torch.")) and label.endswith("(host to device)"):
+        call = label.split()[0]
+        shown = f"{call}(..., device=...)" if call.startswith("torch.") else f".{call.removeprefix('Tensor.')}(device)"
+        kind = HazardKind(f"host-to-device copy ({shown})", _TO_DEVICE)
+    elif label.endswith("(host to device)"):
+        # At ATen level: x[i] = 3 on one element, or a host tensor written into a slice.
+        kind = HazardKind("host-to-device copy (a write of host data)", _ELEMENT_WRITE)
     elif label in _KINDS:
         kind = _KINDS[label]
     elif "unique" in label:

@@ -15,6 +15,14 @@ come from what CUDA does, read in ATen's source and PyTorch's docs, not from wha
   and checks the repeats: 2, with `output_size`: 0;
 - `.cpu()`, `.to("cpu")`, `.to(device="cpu")`, `.tolist()` are blocking copies to the host: 1;
   `non_blocking=True` copies into pinned memory without waiting: 0;
+- copies the other way wait too: CUDA's copy kernel ends a copy without `non_blocking` with `memcpy_and_sync`
+  whichever way it goes, so `.to(device)` of a host tensor and `torch.tensor(data, device=...)` (made on the host,
+  then copied) are 1 each (PyTorch issues 120996, 190217), `non_blocking=True` 0 (the sync debug mode never flags
+  it); `torch.full(..., device=...)` fills on the device: 0;
+- writing a Python number: one element, `y[3] = 0.0`, is a copy of a host scalar into a one-element view: 1 (PyTorch
+  pull request 186482); a slice, `y[:4] = 0.0`, takes `fill_`: 0; a host tensor into a slice is a copy: 1; through
+  integer indices, `y[idx] = 0.0`, `_index_put_impl_` copies the host scalar to the device first: 1 (pull request
+  186486), 0 when the value is already on the device;
 - integer indexing, `index_select`, `gather`, `topk`, `sort`, `masked_fill`, in-place clamps, three-argument
   `torch.where`, `count_nonzero`: fixed output shapes, no host read: 0.
 
@@ -192,6 +200,42 @@ def tolist(d: SimpleNamespace) -> object:
     return d.x.tolist()
 
 
+def to_device(d: SimpleNamespace) -> object:
+    return torch.arange(4).to(d.x.device)
+
+
+def to_device_non_blocking(d: SimpleNamespace) -> object:
+    return torch.arange(4).to(d.x.device, non_blocking=True)
+
+
+def tensor_on_device(d: SimpleNamespace) -> object:
+    return torch.tensor([1.0, 2.0], device=d.x.device)
+
+
+def full_on_device(d: SimpleNamespace) -> object:
+    return torch.full((2,), 1.5, device=d.x.device)
+
+
+def element_write_scalar(d: SimpleNamespace) -> None:
+    d.y[3] = 0.0
+
+
+def slice_write_scalar(d: SimpleNamespace) -> None:
+    d.y[:4] = 0.0
+
+
+def slice_write_host_tensor(d: SimpleNamespace) -> None:
+    d.y[:2] = torch.tensor([1.0, 2.0])
+
+
+def integer_write_scalar(d: SimpleNamespace) -> None:
+    d.y[d.idx] = 0.0
+
+
+def integer_write_device_scalar(d: SimpleNamespace) -> None:
+    d.y[d.idx] = d.x.max()
+
+
 def integer_index(d: SimpleNamespace) -> object:
     return d.x[d.idx]
 
@@ -282,6 +326,15 @@ CORPUS: tuple[Construct, ...] = (
     Construct(to_cpu_keyword, 1),
     Construct(to_cpu_non_blocking, 0),
     Construct(tolist, 1),
+    Construct(to_device, 1),
+    Construct(to_device_non_blocking, 0),
+    Construct(tensor_on_device, 1),
+    Construct(full_on_device, 0),
+    Construct(element_write_scalar, 1),
+    Construct(slice_write_scalar, 0),
+    Construct(slice_write_host_tensor, 1),
+    Construct(integer_write_scalar, 1),
+    Construct(integer_write_device_scalar, 0),
     Construct(integer_index, 0),
     Construct(index_select, 0),
     Construct(gather, 0),

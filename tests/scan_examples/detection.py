@@ -2,7 +2,9 @@
 
 Four images per call. The matcher labels each prediction with its best ground truth, or -1 / -2 by mask
 assignment of a Python scalar (ATen's masked_fill_ path: no sync on CUDA); the sampler draws positives and
-negatives of each image with one-argument torch.where (nonzero: one sync each, two per image).
+negatives of each image with one-argument torch.where (nonzero: one sync each, two per image), and marks them in
+its masks by writing the Python number 1 through integer indices (`_index_put_impl_` copies it to the device,
+blocking: one sync each, two more per image).
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """Host copies and host-made tensors, seen at the Python API, so a CPU run counts what a CUDA run would sync.
 
 On a CPU tensor `.cpu()`, `.to("cpu")`, `.tolist()` and printing dispatch no ATen copy, so a dispatch mode never
-sees them; on CUDA each is a blocking device-to-host copy. `HostCopyMode`, a `TorchFunctionMode` entered beside
+sees them; on CUDA each is a blocking device-to-host copy. The same holds the other way: `.to(device)` of a
+host-made tensor and `torch.tensor(data, device=...)` dispatch no copy on a CPU run and are blocking
+host-to-device copies on CUDA. `HostCopyMode`, a `TorchFunctionMode` entered beside
 the hazard counter's dispatch mode, records them at the Python call, on any device, and keeps the dispatch mode
 quiet for the ATen calls they make inside (on CUDA the `_to_copy`, inside `print` the `.item()` calls), so each
 such call counts once and the per-line counts of a program are the same on the CPU and on CUDA.
@@ -38,6 +40,9 @@ _FACTORIES = frozenset(
         torch.randperm,
     }
 )
+# Factories that copy their data: given a device, they build the tensor on the host and copy it there, blocking
+# (`internal_new_from_data` in torch/csrc/utils/tensor_new.cpp: `.to(device, ..., non_blocking=false)`).
+_FROM_DATA = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
 _ALWAYS_HOST = frozenset({torch.from_numpy, torch.Tensor.cpu})
 _FORMATTING = {torch.Tensor.__format__: "Tensor.__format__", torch.Tensor.__repr__: "Tensor.__repr__"}
 _SETTERS = frozenset({torch.Tensor.__setitem__, torch.Tensor.index_put_, torch.Tensor.index_put, torch.index_put})
@@ -98,11 +103,12 @@ class Provenance:
 
 
 class HostCopyMode(TorchFunctionMode):
-    """Record blocking copies to the host at the Python API, and keep the provenance of tensors.
+    """Record blocking copies between host and device at the Python API, and keep the provenance of tensors.
 
     Args:
         provenance: the host-made tensors, shared with the dispatch rules.
-        on_copy: called with the label of each blocking copy ("Tensor.cpu (device to host)", ...), before it runs.
+        on_copy: called with the label of each blocking copy ("Tensor.cpu (device to host)", "torch.tensor (host
+            to device)", ...), before it runs.
     """
 
     def __init__(self, provenance: Provenance, on_copy: Callable[[str], None]) -> None:
@@ -110,8 +116,21 @@ class HostCopyMode(TorchFunctionMode):
         self._provenance = provenance
         self._on_copy = on_copy
 
+    def _from_data_label(self, func: Any, args: tuple, kwargs: dict[str, Any]) -> str | None:
+        """The label of a factory that copies host data to the device it is given (or None)."""
+        device = kwargs.get("device")
+        if device is None or _is_host_target(device):
+            return None
+        data = args[0] if args else kwargs.get("data", kwargs.get("obj"))
+        if isinstance(data, torch.Tensor) and not self._provenance.on_host(data):
+            return None  # device data: a copy on the device, or none at all
+        return f"torch.{func.__name__} (host to device)"
+
     def _copy_label(self, func: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[str | None, bool]:
-        """The label of the blocking host copy this call is (or None), and whether its result is on the host."""
+        """The label of the blocking copy between host and device this call is (or None), and whether its result
+        is on the host."""
+        if func in _FROM_DATA:
+            return self._from_data_label(func, args, kwargs), False
         src = args[0] if args else None
         if not isinstance(src, torch.Tensor) or src.device.type == "meta":
             return None, False
@@ -125,14 +144,17 @@ class HostCopyMode(TorchFunctionMode):
             elif isinstance(target, str):
                 to_host = _is_host_target(target)
             elif isinstance(target, torch.device):
-                # Taken for the program's device; on an accelerator the dispatch rules see a real copy to the host.
-                return None, target.type == "cpu" and src.device.type != "cpu"
+                if target.type == "cpu" and src.device.type != "cpu":
+                    return None, True  # on an accelerator the dispatch rules see the real copy to the host
+                to_host = False  # taken for the program's device
             else:
                 return None, not from_device  # a dtype: the tensor stays where it is
-            if not to_host:
-                return None, False
             non_blocking = torch._C._nn._parse_to(*args[1:], **kwargs)[2]
-            return ("Tensor.to (device to host)" if from_device and not non_blocking else None), True
+            if to_host:
+                return ("Tensor.to (device to host)" if from_device and not non_blocking else None), True
+            # Host data to the device: blocking unless non_blocking (which CUDA's sync debug mode never flags, even
+            # from pageable memory, where the driver stages the copy).
+            return ("Tensor.to (host to device)" if not from_device and not non_blocking else None), False
         if not from_device or src.numel() == 0:
             return None, False
         if func is torch.Tensor.tolist:

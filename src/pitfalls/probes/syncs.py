@@ -22,9 +22,13 @@ What the dispatch mode sees, and what it does not:
 Precision beyond the tags: `aten.index.Tensor` is tagged as a whole but only syncs when an index is a boolean
 (or uint8) mask; integer indexing is asynchronous. `aten.index_put_` (what `x[mask] = v` dispatches to) is not
 tagged, yet with a boolean mask it calls nonzero inside the kernel, except on ATen's `masked_fill_` path (below).
-`repeat_interleave.Tensor` is asynchronous when `output_size` is given. A blocking copy from an accelerator to the
-CPU (`.cpu()`, `.tolist()`, printing) is a sync: `pitfalls.probes.hostcopy` sees those at the Python API, where a
-CPU run sees them too, and the counter counts each once.
+`repeat_interleave.Tensor` is asynchronous when `output_size` is given. A blocking copy between an accelerator and
+the CPU is a sync both ways (CUDA's copy kernel ends it with `memcpy_and_sync` unless `non_blocking`): to the host
+(`.cpu()`, `.tolist()`, printing) and to the device (`.to(device)` of host data, `torch.tensor(data,
+device=...)`); `pitfalls.probes.hostcopy` sees those at the Python API, where a CPU run sees them too, and the
+counter counts each once. Writes of host data are copies at ATen level: `x[3] = 0.0` copies the number into a
+one-element view (`copy_`), and an `index_put` through integer indices copies a one-element host value to the
+device before writing it (`_index_put_impl_`: `value.to(self.device())`).
 
 ATen's masked_fill_ path. `_index_put_impl_` (aten/src/ATen/native/TensorAdvancedIndexing.cpp) calls
 `canDispatchToMaskedFill` (TensorAdvancedIndexingUtils.h) when `accumulate` is false, and when that says yes runs
@@ -64,6 +68,7 @@ __all__ = [
     "count_cuda_syncs",
     "count_hazards",
     "hazard_label",
+    "syncs_per_call",
 ]
 
 HAZARD_TAGS = (torch.Tag.dynamic_output_shape, torch.Tag.data_dependent_output)
@@ -78,17 +83,27 @@ _MASK_DTYPES = (torch.bool, torch.uint8)
 # repeat_interleave without output_size reads `cumsum[-1].item()` and `(repeats >= 0).all().item()`
 # (aten/src/ATen/native/Repeat.h, repeat_interleave_common). Both read the same in torch 2.11, 2.13 and 2.14.
 SYNCS_PER_CALL = {"aten.bincount.default": 2, "aten.repeat_interleave.Tensor": 2}
+# The reasons an index_put syncs, named in its label: a mask expanded by nonzero, and a one-element host value
+# that `_index_put_impl_` copies to the device (`value.to(self.device())`, a blocking copy) before writing it.
+BOOL_MASK = "bool mask"
+HOST_VALUE = "host value to device"
 _INDEX_OPS = frozenset({"aten.index.Tensor"})
 _INDEX_PUT_OPS = frozenset(
     {"aten.index_put_.default", "aten.index_put.default", "aten._index_put_impl_.default"}
 )
 
 
-def _has_mask_index(indices: object) -> bool:
+def _mask_count(indices: object) -> int:
     # Advanced indexing passes a list with one entry per indexed dimension; None marks a dimension taken whole.
     if not isinstance(indices, (list, tuple)):
-        return False
-    return any(isinstance(i, torch.Tensor) and i.dtype in _MASK_DTYPES for i in indices)
+        return 0
+    return sum(1 for i in indices if isinstance(i, torch.Tensor) and i.dtype in _MASK_DTYPES)
+
+
+def _mask_reason(indices: object) -> str | None:
+    # ATen's expandTensors turns each mask into long indices with its own nonzero: one sync per mask.
+    masks = _mask_count(indices)
+    return None if masks == 0 else BOOL_MASK if masks == 1 else f"{masks} {BOOL_MASK}s"
 
 
 def _is_masked_fill(self: object, indices: object, value: object, accumulate: bool, value_on_host: bool) -> bool:
@@ -108,8 +123,6 @@ def _is_masked_fill(self: object, indices: object, value: object, accumulate: bo
 
 def _index_put_label(name: str, args: tuple, kwargs: Mapping[str, Any], value_on_host: bool | None) -> str | None:
     indices = args[1] if len(args) > 1 else kwargs.get("indices")
-    if not _has_mask_index(indices):
-        return None
     self = args[0] if args else kwargs.get("self")
     value = args[2] if len(args) > 2 else kwargs.get("values")
     accumulate = bool(args[3] if len(args) > 3 else kwargs.get("accumulate", False))
@@ -121,31 +134,59 @@ def _index_put_label(name: str, args: tuple, kwargs: Mapping[str, Any], value_on
         )
     if _is_masked_fill(self, indices, value, accumulate, value_on_host):
         return None
-    return f"{name} (bool mask)"
+    mask = _mask_reason(indices)
+    reasons = [mask] if mask else []
+    if value_on_host and isinstance(value, torch.Tensor) and value.dim() == 0:
+        reasons.append(HOST_VALUE)
+    return f"{name} ({' + '.join(reasons)})" if reasons else None
 
 
-def _is_blocking_device_to_host_copy(name: str, args: tuple, kwargs: Mapping[str, Any]) -> bool:
+def syncs_per_call(label: str) -> int:
+    """The real CUDA syncs one call of a hazard label makes: `SYNCS_PER_CALL`'s count, else one per reason its
+    parentheses name, a reason "2 bool masks" counting two (an index_put with a mask and a host value: 2), else
+    one."""
+    if label in SYNCS_PER_CALL:
+        return SYNCS_PER_CALL[label]
+    if not (label.endswith(")") and (BOOL_MASK in label or HOST_VALUE in label)):
+        return 1
+    reasons = label[label.rindex("(") + 1:-1].split(" + ")
+    return sum(int(reason.split()[0]) if reason[0].isdigit() else 1 for reason in reasons)
+
+
+def _on_accelerator(tensor: object) -> bool:
+    return isinstance(tensor, torch.Tensor) and tensor.device.type not in ("cpu", "meta")
+
+
+def _on_cpu(tensor: object) -> bool:
+    return isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu"
+
+
+def _blocking_copy_direction(name: str, args: tuple, kwargs: Mapping[str, Any]) -> str | None:
+    """"device to host" or "host to device" for a blocking copy between the CPU and an accelerator, by the devices
+    the tensors are on (an accelerator run); None for any other call.
+
+    Both directions wait: without non_blocking, CUDA's copy kernel ends with `memcpy_and_sync` (a
+    cudaStreamSynchronize, flagged by the sync debug mode) whichever way it copies.
+    """
     if name == "aten._to_copy.default":
-        src = args[0]
-        target = kwargs.get("device")
-        return (
-            isinstance(src, torch.Tensor)
-            and src.device.type not in ("cpu", "meta")
-            and target is not None
-            and torch.device(target).type == "cpu"
-            and not kwargs.get("non_blocking", False)
-        )
+        src, target = args[0], kwargs.get("device")
+        if target is None or kwargs.get("non_blocking", False):
+            return None
+        target_type = torch.device(target).type
+        if _on_accelerator(src) and target_type == "cpu":
+            return "device to host"
+        if _on_cpu(src) and target_type not in ("cpu", "meta"):
+            return "host to device"
+        return None
     if name == "aten.copy_.default":
         dst, src = args[0], args[1]
-        non_blocking = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
-        return (
-            isinstance(dst, torch.Tensor)
-            and isinstance(src, torch.Tensor)
-            and dst.device.type == "cpu"
-            and src.device.type not in ("cpu", "meta")
-            and not non_blocking
-        )
-    return False
+        if args[2] if len(args) > 2 else kwargs.get("non_blocking", False):
+            return None
+        if _on_cpu(dst) and _on_accelerator(src):
+            return "device to host"
+        if _on_accelerator(dst) and _on_cpu(src):
+            return "host to device"
+    return None
 
 
 def hazard_label(
@@ -166,18 +207,21 @@ def hazard_label(
 
     Returns:
         The op's name (e.g. "aten.nonzero.default"), qualified for the mask forms of indexing
-        ("aten.index.Tensor (bool mask)") and copies ("aten._to_copy.default (device to host)"), or None.
+        ("aten.index.Tensor (bool mask)"), an index_put's reasons ("aten.index_put_.default (bool mask + host value
+        to device)") and copies ("aten._to_copy.default (device to host)", "aten.copy_.default (host to device)"),
+        or None.
     """
     name = str(func)
     if name in _INDEX_PUT_OPS:
         return _index_put_label(name, args, kwargs, value_on_host)
     if name in _INDEX_OPS:
-        indices = args[1] if len(args) > 1 else kwargs.get("indices")
-        return f"{name} (bool mask)" if _has_mask_index(indices) else None
+        mask = _mask_reason(args[1] if len(args) > 1 else kwargs.get("indices"))
+        return f"{name} ({mask})" if mask else None
     if name == "aten.repeat_interleave.Tensor":
         return None if kwargs.get("output_size") is not None else name
-    if _is_blocking_device_to_host_copy(name, args, kwargs):
-        return f"{name} (device to host)"
+    direction = _blocking_copy_direction(name, args, kwargs)
+    if direction is not None:
+        return f"{name} ({direction})"
     if any(tag in func.tags for tag in HAZARD_TAGS):
         return name
     return None
@@ -279,22 +323,41 @@ class SyncHazardCounter(TorchDispatchMode):
         if provenance.quiet:
             return None  # inside a host copy already counted at the Python API
         name = str(func)
+        pending = provenance.setitem_value_on_host
         if name in _INDEX_PUT_OPS:
-            pending = provenance.setitem_value_on_host
             value = args[2] if len(args) > 2 else kwargs.get("values")
             on_host = pending[-1] if pending else isinstance(value, torch.Tensor) and provenance.on_host(value)
+            if provenance.on_host(args[0]):
+                return None  # a host-made tensor written on the host: the CUDA program does this on the CPU
             return hazard_label(func, args, kwargs, value_on_host=on_host)
+        if name == "aten.copy_.default" and args[0].device.type == args[1].device.type == "cpu":
+            return self._host_copy_label(name, args, kwargs, value_on_host=bool(pending and pending[-1]))
         label = hazard_label(func, args, kwargs)
         if label is not None and provenance.all_on_host((args, kwargs)):
             return None  # every tensor is host-made: the CUDA program runs this op on the CPU
         return label
+
+    def _host_copy_label(self, name: str, args: tuple, kwargs: Mapping[str, Any], *, value_on_host: bool) -> str | None:
+        """A copy between two CPU tensors, read as the CUDA program would make it: between the host and the device
+        when one side is host-made and the other is not (`x[i] = 3` copies the scalar into one element, `x[:2] =
+        torch.tensor(...)` a host tensor into a slice; `value_on_host` says the written value is a host one)."""
+        dst, src = args[0], args[1]
+        if args[2] if len(args) > 2 else kwargs.get("non_blocking", False):
+            return None
+        provenance = self._provenance
+        src_on_host, dst_on_host = value_on_host or provenance.on_host(src), provenance.on_host(dst)
+        if src_on_host and not dst_on_host:
+            return f"{name} (host to device)"
+        if dst_on_host and not src_on_host:
+            return f"{name} (device to host)"
+        return None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 (torch's protocol)
         kwargs = kwargs or {}
         label = self._label(func, args, kwargs)
         if label is None:
             return func(*args, **kwargs)
-        for _ in range(SYNCS_PER_CALL.get(label, 1)):
+        for _ in range(syncs_per_call(label)):
             self._hazard(label)
         if not self._label_ranges:
             return func(*args, **kwargs)
