@@ -84,6 +84,16 @@ def test_blocking_copies_between_host_and_device_are_hazards_both_ways_and_other
     assert hazard_label(aten.copy_.default, (cpu, torch.empty(2)), {}) is None
 
 
+def test_on_an_accelerator_a_host_made_tensor_copied_to_the_device_is_a_hazard() -> None:
+    # `.cuda()` has no rule at the Python API: on a GPU its _to_copy is seen by the dispatch rules, and a tensor the
+    # program made on the host must not make it "an op the CUDA program runs on the CPU".
+    with SyncHazardCounter() as counter:
+        host = torch.tensor([1.0, 2.0])
+        label = counter._label(aten._to_copy.default, (host,), {"device": torch.device("cuda")})
+        same_side = counter._label(aten._to_copy.default, (host,), {"dtype": torch.float64})
+    assert label == "aten._to_copy.default (host to device)" and same_side is None
+
+
 def test_an_index_put_of_a_host_scalar_copies_it_to_the_device_unless_it_takes_masked_fill() -> None:
     gpu, host_scalar, mask = OnDevice("cuda"), torch.zeros(()), OnDevice("cuda", torch.bool)
     integer = OnDevice("cuda", torch.long)

@@ -87,6 +87,7 @@ SYNCS_PER_CALL = {"aten.bincount.default": 2, "aten.repeat_interleave.Tensor": 2
 # that `_index_put_impl_` copies to the device (`value.to(self.device())`, a blocking copy) before writing it.
 BOOL_MASK = "bool mask"
 HOST_VALUE = "host value to device"
+_COPY_LABELS = ("(host to device)", "(device to host)")
 _INDEX_OPS = frozenset({"aten.index.Tensor"})
 _INDEX_PUT_OPS = frozenset(
     {"aten.index_put_.default", "aten.index_put.default", "aten._index_put_impl_.default"}
@@ -333,8 +334,8 @@ class SyncHazardCounter(TorchDispatchMode):
         if name == "aten.copy_.default" and args[0].device.type == args[1].device.type == "cpu":
             return self._host_copy_label(name, args, kwargs, value_on_host=bool(pending and pending[-1]))
         label = hazard_label(func, args, kwargs)
-        if label is not None and provenance.all_on_host((args, kwargs)):
-            return None  # every tensor is host-made: the CUDA program runs this op on the CPU
+        if label is not None and not label.endswith(_COPY_LABELS) and provenance.all_on_host((args, kwargs)):
+            return None  # every tensor is host-made: the CUDA program runs this op on the CPU (a copy leaves it)
         return label
 
     def _host_copy_label(self, name: str, args: tuple, kwargs: Mapping[str, Any], *, value_on_host: bool) -> str | None:
