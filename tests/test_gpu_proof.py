@@ -190,3 +190,12 @@ def test_every_check_of_a_proof_run_has_a_section_of_its_own():
     keys = gpu_proof.check_names()
     assert len(set(keys)) == len(keys) == len(gpu_proof.SECTIONS) + 1
     assert {"syncs", "gate", "calibration", "parallel memory", "asv"} <= set(keys)
+
+
+def test_event_time_of_no_device_work_is_a_reason_not_a_division_by_zero(monkeypatch):
+    from pitfalls.probes.timing import CudaEventTiming
+
+    monkeypatch.setattr(gpu_proof, "cuda_event_time", lambda *a, **kw: CudaEventTiming(median_ms=0.0, times_ms=(0.0,)))
+    rows = [r for r in gpu_proof.event_against_host_time("cpu", gpu_proof.DRY_RUN_SIZES) if "host_ms" in r]
+    assert rows and all(r["host_over_events"] == "unavailable: the events timed no device work" for r in rows)
+    assert all(r["cuda_event_ms"] == 0.0 and r["host_ms"] > 0 for r in rows)

@@ -215,6 +215,37 @@ def test_the_largest_batch_search_finds_the_edge_of_a_fake_device_memory():
     assert parallel_memory.largest_fitting(lambda n: True, limit=100) == 100
 
 
+def test_the_largest_batch_search_measures_and_is_not_stopped_by_the_estimate(monkeypatch):
+    # A planted estimate that refuses everything: the family's build skips the case, the search's build does not.
+    monkeypatch.setattr(parallel, "fits", lambda device, needed: (False, "planted: the estimate says no"))
+    config = parallel_step.StepConfig(world_size=1, batch=2, image_size=16)
+    with pytest.raises(SkipCase, match="planted: the estimate says no"):
+        parallel.check_memory(SINGLE, torch.device("cpu"), config)
+    with parallel.estimates_off():
+        parallel.check_memory(SINGLE, torch.device("cpu"), config)
+    with pytest.raises(SkipCase):
+        parallel.check_memory(SINGLE, torch.device("cpu"), config)  # on again after the block
+
+
+def test_the_proofs_largest_batch_reads_the_search_bound_and_a_skip_as_what_they_are(monkeypatch):
+    from pitfalls import gpu_proof
+
+    params = {"world_size": 2, "image_size": 512}
+    monkeypatch.setattr(parallel_memory, "fits_on_gpu", lambda *a: lambda n: n <= 37)
+    assert gpu_proof.largest_global_batch(DDP, params) == 74
+    monkeypatch.setattr(parallel_memory, "fits_on_gpu", lambda *a: lambda n: True)
+    limit = parallel_memory.BATCH_LIMIT
+    assert gpu_proof.largest_global_batch(DDP, params) == (
+        f">= {2 * limit} (the search stops at {limit} images per rank)")
+
+    def skipped(n: int) -> bool:
+        raise SkipCase("world_size=2 needs 2 CUDA devices; this machine has 1")
+
+    monkeypatch.setattr(parallel_memory, "fits_on_gpu", lambda *a: skipped)
+    assert gpu_proof.largest_global_batch(DDP, params) == (
+        "unavailable: world_size=2 needs 2 CUDA devices; this machine has 1")
+
+
 @pytest.mark.skipif(TWO_GPUS, reason="checks the skip on a machine with fewer than 2 GPUs")
 @pytest.mark.parametrize("variant", [DATA_PARALLEL, DATA_PARALLEL_LOSS_INSIDE])
 def test_data_parallel_is_skipped_with_the_reason_without_two_gpus(variant, no_process_left):

@@ -252,7 +252,8 @@ def event_against_host_time(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
                 host = wall_time(call, warmup=2, min_run_time=0.5).median_s * 1e3
                 events = cuda_event_time(case, calls=20, warmup=2)
             event_ms: float | Unavailable = events if isinstance(events, Unavailable) else events.median_ms
-            ratio = event_ms if isinstance(event_ms, Unavailable) else host / event_ms
+            ratio: float | Unavailable = (event_ms if isinstance(event_ms, Unavailable) else host / event_ms
+                                          if event_ms > 0 else Unavailable("the events timed no device work"))
             rows.append({"family": entry.name, "variant": variant, "host_ms": round(host, 3),
                          "cuda_event_ms": _value(event_ms), "host_over_events": _value(ratio)})
     return rows
@@ -334,15 +335,25 @@ def parallel_memory(device: str, sizes: Sizes) -> list[dict[str, Any]]:
                 figures = parallel.measure_figures(case, steps=3, nvml_seconds=0.1)
             row["device0_measured_bytes"] = _value(figures.rank0_memory())
             row["memory_imbalance"] = _value(figures.memory_imbalance())
-            if device == "cuda":
-                search = memory.fits_on_gpu(variant, int(params["world_size"]), int(params["image_size"]))
-                per_rank = memory.largest_fitting(search)
-                row["largest_global_batch"] = _value(
-                    per_rank if isinstance(per_rank, Unavailable) else per_rank * int(params["world_size"]))
-            else:
-                row["largest_global_batch"] = _value(Unavailable("no CUDA device"))
+            row["largest_global_batch"] = (largest_global_batch(variant, params) if device == "cuda"
+                                           else _value(Unavailable("no CUDA device")))
             rows.append(row)
     return rows
+
+
+def largest_global_batch(variant: str, params: Mapping[str, Any]) -> Any:
+    """The largest global batch of a variant that ran on the GPUs (a bounded search, measured: out of memory is
+    "does not fit"); ">= N" when the search's bound still fit, n/a with the reason when it could not search."""
+    world = int(params["world_size"])
+    try:
+        per_rank = memory.largest_fitting(memory.fits_on_gpu(variant, world, int(params["image_size"])))
+    except SkipCase as skip:
+        return _value(Unavailable(skip.reason))
+    if isinstance(per_rank, Unavailable):
+        return _value(per_rank)
+    if per_rank == memory.BATCH_LIMIT:
+        return f">= {per_rank * world} (the search stops at {memory.BATCH_LIMIT} images per rank)"
+    return per_rank * world
 
 
 def asv_quick_grid(device: str, out: Path, machine: str) -> dict[str, Any]:

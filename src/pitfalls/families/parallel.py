@@ -54,7 +54,7 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, cast
 
 import torch
@@ -270,9 +270,26 @@ def device_estimates(variant: str, params: Mapping[str, Any]) -> tuple[int, ...]
     return (share,) * world
 
 
+# While False, cases are built without the memory estimate's refusal (`estimates_off`).
+_ESTIMATE_REFUSES = [True]
+
+
+@contextlib.contextmanager
+def estimates_off() -> Iterator[None]:
+    """Build cases without the memory estimate's refusal, so that what fits is measured, not estimated (the
+    largest-batch search: an out-of-memory error is its answer)."""
+    _ESTIMATE_REFUSES.append(False)
+    try:
+        yield
+    finally:
+        _ESTIMATE_REFUSES.pop()
+
+
 def check_memory(variant: str, device: torch.device, config: StepConfig) -> None:
     """Raise `SkipCase` when a device of the case would not hold its share (all of them on the host, for ranks
     that share its memory)."""
+    if not _ESTIMATE_REFUSES[-1]:
+        return
     needs = device_estimates(variant, {"world_size": config.world_size, "batch": config.batch,
                                        "image_size": config.image_size, "model": config.model})
     if device.type == "cuda":

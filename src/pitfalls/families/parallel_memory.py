@@ -11,7 +11,6 @@ from collections.abc import Callable
 
 import torch
 
-from pitfalls.family import SkipCase
 from pitfalls.probes.result import Unavailable
 
 __all__ = ["BATCH_LIMIT", "fits_on_gpu", "largest_fitting"]
@@ -45,22 +44,24 @@ def largest_fitting(fits: Callable[[int], bool], *, limit: int = BATCH_LIMIT) ->
 def fits_on_gpu(variant: str, world_size: int, image_size: int) -> Callable[[int], bool]:
     """A ``fits(batch)`` that builds the variant on the GPUs with ``batch`` images per rank and runs two steps.
 
-    An out-of-memory error (in this process, or in a rank: its `RankFailed` names it) means "does not fit"; a
-    case the family skips (its estimate says it cannot fit) too. Between tries the allocator is emptied and its
-    peak reset on every device.
+    An out-of-memory error (in this process, or in a rank: its `RankFailed` names it) means "does not fit". The
+    family's memory estimate does not refuse a try (`parallel.estimates_off`): the answer is measured, and a case
+    skipped for another reason is not taken for "too big" (it ends the search with its reason). Between tries the
+    allocator is emptied and its peak reset on every device.
     """
     from pitfalls import registry  # the registry imports the families
     from pitfalls.distributed import RankFailed
+    from pitfalls.families.parallel import estimates_off
 
     def fits(batch: int) -> bool:
         try:
-            with registry.family("parallel").build(variant, device="cuda", world_size=world_size, batch=batch,
-                                                   image_size=image_size) as case:
+            with estimates_off(), registry.family("parallel").build(
+                    variant, device="cuda", world_size=world_size, batch=batch, image_size=image_size) as case:
                 for _ in range(2):
                     case()
                 torch.cuda.synchronize()
             return True
-        except (SkipCase, torch.OutOfMemoryError):
+        except torch.OutOfMemoryError:
             return False
         except RankFailed as failure:
             if "out of memory" in str(failure).lower():
