@@ -536,6 +536,11 @@ def check_names() -> tuple[str, ...]:
     return (*(s.key for s in SECTIONS), ASV)
 
 
+def unknown_checks(only: Sequence[str]) -> list[str]:
+    """The names in ``only`` that are no check of a proof run."""
+    return [name for name in only if name not in check_names()]
+
+
 def run(out: Path, device: str, *, with_asv: bool = True, only: Sequence[str] = ()) -> dict[str, Any]:
     """Run every check and write ``report.md`` and ``figures.json`` into ``out``, after each check.
 
@@ -551,7 +556,7 @@ def run(out: Path, device: str, *, with_asv: bool = True, only: Sequence[str] = 
     Returns:
         The figures, as written to ``figures.json``.
     """
-    unknown = [name for name in only if name not in check_names()]
+    unknown = unknown_checks(only)
     if unknown:
         raise ValueError(f"no such check: {', '.join(unknown)} (choose from {', '.join(check_names())})")
     out.mkdir(parents=True, exist_ok=True)
@@ -593,7 +598,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"run these checks alone, e.g. to repeat one that failed ({', '.join(check_names())})")
     args = parser.parse_args(argv)
     only = [name.strip() for name in args.only.split(",") if name.strip()]
-    unknown = [name for name in only if name not in check_names()]
+    unknown = unknown_checks(only)
     if unknown:
         parser.error(f"--only: no such check {', '.join(map(repr, unknown))} (choose from "
                      f"{', '.join(check_names())})")

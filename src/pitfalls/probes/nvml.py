@@ -172,6 +172,12 @@ class NvmlSummary:
     failure: str | None = None
 
 
+def _is_a(nvml: Any, err: BaseException, cls_name: str) -> bool:
+    """Whether ``err`` is the binding's error class ``cls_name`` (False where the binding has no such class)."""
+    cls = getattr(nvml, cls_name, None)
+    return isinstance(cls, type) and isinstance(err, cls)
+
+
 def nvml_error_reason(nvml: Any, err: BaseException) -> str:
     """Give a short reason for an NVML error, by its class where the class says it all.
 
@@ -191,16 +197,9 @@ def nvml_error_reason(nvml: Any, err: BaseException) -> str:
         ("NVMLError_NoPermission", "no permission"),
     )
     for cls_name, text in known:
-        cls = getattr(nvml, cls_name, None)
-        if isinstance(cls, type) and isinstance(err, cls):
+        if _is_a(nvml, err, cls_name):
             return text
     return f"NVML error: {err}"
-
-
-def _is_a(nvml: Any, err: BaseException, cls_name: str) -> bool:
-    """Whether ``err`` is the binding's error class ``cls_name`` (False where the binding has no such class)."""
-    cls = getattr(nvml, cls_name, None)
-    return isinstance(cls, type) and isinstance(err, cls)
 
 
 def _is_fatal(nvml: Any, err: BaseException) -> bool:
@@ -348,8 +347,7 @@ class _Window:
         try:
             value_type, samples = nvml.nvmlDeviceGetSamples(handle, kind, self.start_us)
         except nvml.NVMLError as err:
-            not_found = getattr(nvml, "NVMLError_NotFound", None)
-            if isinstance(not_found, type) and isinstance(err, not_found):
+            if _is_a(nvml, err, "NVMLError_NotFound"):
                 # NVML's answer when its buffer holds nothing newer than the timestamp.
                 return Unavailable("no driver utilization samples in the window")
             return Unavailable(nvml_error_reason(nvml, err))

@@ -162,6 +162,11 @@ def _on_cpu(tensor: object) -> bool:
     return isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu"
 
 
+def _copy_non_blocking(args: tuple, kwargs: Mapping[str, Any]) -> bool:
+    """`aten.copy_`'s non_blocking argument."""
+    return bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
+
+
 def _blocking_copy_direction(name: str, args: tuple, kwargs: Mapping[str, Any]) -> str | None:
     """"device to host" or "host to device" for a blocking copy between the CPU and an accelerator, by the devices
     the tensors are on (an accelerator run); None for any other call.
@@ -181,7 +186,7 @@ def _blocking_copy_direction(name: str, args: tuple, kwargs: Mapping[str, Any]) 
         return None
     if name == "aten.copy_.default":
         dst, src = args[0], args[1]
-        if args[2] if len(args) > 2 else kwargs.get("non_blocking", False):
+        if _copy_non_blocking(args, kwargs):
             return None
         if _on_cpu(dst) and _on_accelerator(src):
             return "device to host"
@@ -343,7 +348,7 @@ class SyncHazardCounter(TorchDispatchMode):
         when one side is host-made and the other is not (`x[i] = 3` copies the scalar into one element, `x[:2] =
         torch.tensor(...)` a host tensor into a slice; `value_on_host` says the written value is a host one)."""
         dst, src = args[0], args[1]
-        if args[2] if len(args) > 2 else kwargs.get("non_blocking", False):
+        if _copy_non_blocking(args, kwargs):
             return None
         provenance = self._provenance
         src_on_host, dst_on_host = value_on_host or provenance.on_host(src), provenance.on_host(dst)
