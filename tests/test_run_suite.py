@@ -174,8 +174,9 @@ def test_two_runs_at_once_both_land(repo, home):
     loss = start_script(repo, "run-suite", "-b", LOSS_ONE, "--no-publish", home=home)
     sampler = start_script(repo, "run-suite", "-b", SAMPLER_OTHER, "--no-publish", home=home)
     outs = [process.communicate(timeout=900) for process in (loss, sampler)]
-    assert loss.returncode == 0, outs[0][1][-3000:]
-    assert sampler.returncode == 0, outs[1][1][-3000:]
+    # asv's own messages go to stdout, the job's to stderr: a failure shows both.
+    assert loss.returncode == 0, outs[0][0][-3000:] + outs[0][1][-3000:]
+    assert sampler.returncode == 0, outs[1][0][-3000:] + outs[1][1][-3000:]
     [added] = new_results(repo)
     results = Results.load(str(added))
     assert measured(results, "bench_loss.SyncHazards.track_sync_hazards") == [0]  # ignore_index

@@ -53,6 +53,7 @@ from pitfalls.report.atomic import atomic_write
 from pitfalls.runner.job import INSTALLED_ENV
 from pitfalls.runner.worktree import head_commit
 from pitfalls.scan_loader.proof import pinned_against_unpinned
+from pitfalls_asv_main import command as asv_command
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -369,7 +370,7 @@ def asv_quick_grid(device: str, out: Path, machine: str) -> dict[str, Any]:
     # table's CUDA rows as the site publishes them.
     selection = ([f"'{device}'", r"\.(Cuda|Nvml)\.", cuda_calibration_selection()] if device == "cuda"
                  else [r"bench_sampler\.SyncHazards"])
-    command = [sys.executable, "-m", "asv", "run", "--config", str(conf), "--machine", machine,
+    command = [*asv_command(sys.executable), "run", "--config", str(conf), "--machine", machine,
                "-E", INSTALLED_ENV, "--set-commit-hash", head_commit(ROOT), "--show-stderr"]
     for regex in selection:
         command += ["-b", regex]

@@ -29,6 +29,7 @@ from pitfalls.runner.history import select
 from pitfalls.runner.job import in_stage, log, prepare_machine, report_errors, run_marked, split_at_dashes
 from pitfalls.runner.staging import Stage
 from pitfalls.runner.worktree import commit_of
+from pitfalls_asv_main import command as asv_command
 
 __all__ = ["COUNTS", "TIMES", "counts_verdict", "gate_times_by_default", "main"]
 
@@ -100,7 +101,7 @@ def _gate(root: Path, stage: Stage, base: str, candidate: str, extra: Sequence[s
     log(f"== asv continuous {base} {candidate} in {env_name} on {record.name}, factor {factor}, grid "
         f"{os.environ['PITFALLS_GRID']}, {os.environ['PITFALLS_ROUNDS']} rounds; gating "
         + ("every measured figure" if gate_times else "the exact counts (times reported, not gated: no GPU)"))
-    command = [sys.executable, "-m", "asv", "continuous", "--config", str(conf), "--machine", record.name,
+    command = [*asv_command(sys.executable), "continuous", "--config", str(conf), "--machine", record.name,
                "-E", env_name, "--factor", str(factor), "--split", "-b", measured, *extra, base, candidate]
     status = run_marked(command, stage, dict(os.environ, TMPDIR=str(stage.tmp)))
     if status == 1 and not gate_times:

@@ -44,6 +44,7 @@ from pitfalls.runner.conf import CONF_NAME, RunnerError, project_paths, write_st
 from pitfalls.runner.machine import DIRTY_SUFFIX, MachineRecord, hardware, machine_name, record_machine
 from pitfalls.runner.staging import Stage, remove_stale
 from pitfalls.runner.worktree import changed_files, describe_changes, head_commit
+from pitfalls_asv_main import command as asv_command
 
 __all__ = ["INSTALLED_ENV", "Interrupted", "JobOptions", "in_stage", "main", "prepare_machine", "run_job", "run_marked"]
 
@@ -190,7 +191,7 @@ def _measure(options: JobOptions, stage: Stage, paths: dict[str, Path], suffix: 
     before = store.snapshot(stage.results)
     conf = write_staged_conf(options.root / CONF_NAME, stage.path, results_dir=stage.results)
     run_args = list(options.history) or ["-E", INSTALLED_ENV, "--set-commit-hash", head_commit(options.root)]
-    command = [options.python, "-m", "asv", "run", "--config", str(conf), "--machine", record.name, *run_args,
+    command = [*asv_command(options.python), "run", "--config", str(conf), "--machine", record.name, *run_args,
                *options.asv_args]
     log(f"== asv run {' '.join(run_args + list(options.asv_args))} (grid {grid})")
     env = dict(os.environ, TMPDIR=str(stage.tmp), PITFALLS_GRID=grid)

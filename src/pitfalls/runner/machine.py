@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from pitfalls.runner.conf import RunnerError
+from pitfalls_asv_main import save_machine
 
 __all__ = ["GPU_FACTS", "MachineRecord", "hardware", "machine_facts", "machine_name", "record_machine"]
 
@@ -179,8 +180,6 @@ def record_machine(
     Returns:
         What was written, with the recorded values kept over the measured ones.
     """
-    from asv.machine import MachineCollection
-
     folder = Path(results_dir)
     measured = machine_facts(name, facts)
     path = None if machine_file is None else Path(machine_file)
@@ -194,5 +193,5 @@ def record_machine(
         for key in sorted(measured)
         if key != "machine" and merged[key] != measured[key]
     )
-    MachineCollection.save(name, merged, _path=None if path is None else str(path))
+    save_machine(name, merged, path)
     return MachineRecord(name=name, facts=merged, kept=kept, recorded_in=str(record_file))
