@@ -241,6 +241,25 @@ def test_gpu_decode_delivers_the_ram_encoded_pixels_given_a_decoder(data_cache):
         assert torch.equal(images, want_images) and torch.equal(masks, want_masks)
 
 
+def test_gpu_decodes_allowance_covers_nearest_neighbour_chroma_and_still_catches_a_channel_swap(data_cache):
+    # nvJPEG's chroma rule, modelled on the host: over the host decoders' tolerance at the gate's size (as the
+    # H200 read), within gpu_decode's; and the mistake the gate is there for still fails it.
+    sizes = {"image_format": "jpeg", **FAMILY.smoke}
+    want = delivered("naive", **sizes)
+    got = delivered("gpu_decode", decoder=loader.nearest_chroma_decoder(CPU), **sizes)
+    _, mean_diff, masks_equal = loader.differences(got, want)
+    assert masks_equal
+    assert loader.jpeg_tolerance("ram_encoded") < mean_diff <= loader.jpeg_tolerance("gpu_decode")
+    swapped = [(images.flip(1), masks) for images, masks in got]
+    assert loader.differences(swapped, want)[1] > 2 * loader.jpeg_tolerance("gpu_decode")
+    # The model changes chroma alone: luma (BT.601) stays OpenCV's, to JPEG rounding.
+    host = delivered("gpu_decode", decoder=loader.opencv_decoder(CPU), **sizes)
+    levels = torch.tensor(loader.STD).view(1, 3, 1, 1)
+    luma = torch.tensor([0.114, 0.587, 0.299]).view(1, 3, 1, 1)  # BGR, as the variants deliver
+    for (model, _), (decoded, _) in zip(got, host, strict=True):
+        assert float(((model - decoded) * levels * luma).sum(1).abs().mean()) < 1.0
+
+
 def test_gpu_decode_ships_the_jpeg_files_bytes_undecoded(data_cache):
     files = ensure_data(loader.data_spec(params(image_format="jpeg")))
     dataset = loader.JpegInRam(files, "packed")

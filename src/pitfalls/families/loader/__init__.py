@@ -73,6 +73,7 @@ from pitfalls.families.loader.device import (
     DecodeOnDevice,
     JpegDecoder,
     Normalize,
+    nearest_chroma_decoder,
     opencv_decoder,
     torchvision_decoder,
 )
@@ -80,10 +81,12 @@ from pitfalls.families.loader.entry import ENTRY, build
 from pitfalls.families.loader.equivalence import (
     COMPARED_BATCHES,
     JPEG_MEAN_ABS_TOLERANCE,
+    NVJPEG_CHROMA_LEVELS,
     PNG_ABS_TOLERANCE,
     compare,
     delivered,
     differences,
+    jpeg_tolerance,
 )
 from pitfalls.families.loader.sizes import WORKER_OVERHEAD_BYTES, batch_bytes, estimate, nbytes
 from pitfalls.families.loader.steps import (
@@ -134,15 +137,13 @@ FAMILY = dataclasses.replace(
 
 __all__ = [
     "COMPARED_BATCHES", "DEVICE_NORMALIZED", "FAMILY", "FLOOR", "JPEG_MEAN_ABS_TOLERANCE", "MEAN",
-    "PNG_ABS_TOLERANCE", "RAM_VARIANTS", "STD", "VARIANTS", "WORKER_OVERHEAD_BYTES", "BatchStep", "Consumer",
-    "CopyToDevice", "CyclingSampler", "DataFiles", "DataSpec", "DecodeOnDevice", "DecodedInRam", "EncodedInRam",
-    "FloorStep", "JpegDecoder", "JpegInRam", "ListStore", "LoaderStep", "Normalize", "OfflineFiles", "PackedArrays",
-    "PackedBytes", "SourceFiles", "Store", "WorkerBoard", "WorkerDied", "batch_bytes", "build", "check_params",
-    "collate_encoded", "compare", "data_spec", "decoded_items", "delivered", "differences", "ensure_data",
-    "estimate", "float_item", "make_dataset", "make_step", "make_store", "nbytes", "opencv_decoder", "pinned",
-    "flight_checks", "memory_checks", "probes", "release_free_heap", "shut_down", "start_checks", "steady",
-    "sigchld_held", "timing_checks", "verdict",
-    "torchvision_decoder",
-    "uint8_item",
-    "usable_cores", "uss_without_batches",
+    "NVJPEG_CHROMA_LEVELS", "PNG_ABS_TOLERANCE", "RAM_VARIANTS", "STD", "VARIANTS", "WORKER_OVERHEAD_BYTES",
+    "BatchStep", "Consumer", "CopyToDevice", "CyclingSampler", "DataFiles", "DataSpec", "DecodeOnDevice",
+    "DecodedInRam", "EncodedInRam", "FloorStep", "JpegDecoder", "JpegInRam", "ListStore", "LoaderStep", "Normalize",
+    "OfflineFiles", "PackedArrays", "PackedBytes", "SourceFiles", "Store", "WorkerBoard", "WorkerDied", "batch_bytes",
+    "build", "check_params", "collate_encoded", "compare", "data_spec", "decoded_items", "delivered", "differences",
+    "ensure_data", "estimate", "float_item", "jpeg_tolerance", "make_dataset", "make_step", "make_store", "nbytes",
+    "nearest_chroma_decoder", "opencv_decoder", "pinned", "flight_checks", "memory_checks", "probes",
+    "release_free_heap", "shut_down", "start_checks", "steady", "sigchld_held", "timing_checks", "verdict",
+    "torchvision_decoder", "uint8_item", "usable_cores", "uss_without_batches",
 ]

@@ -130,3 +130,26 @@ def opencv_decoder(device: torch.device) -> JpegDecoder:
 
     return decode_all
 
+
+def nearest_chroma_decoder(device: torch.device) -> JpegDecoder:
+    """A host model of what `torchvision_decoder` gives on CUDA, to calibrate the gate where no GPU is.
+
+    nvJPEG, under ``decode_jpeg(device="cuda")``, rebuilds the chroma of a 4:2:0 JPEG (OpenCV's default) by
+    nearest neighbour, where OpenCV's libjpeg-turbo interpolates it. This decodes with OpenCV, takes each 2 x 2
+    block's mean chroma (the encoder's sample, to rounding) and repeats it over the block. At the gate's size it
+    reads 13.2 grey levels from naive on average where an H200 read 12.3.
+    """
+
+    def decode_all(encoded: list[Tensor]) -> list[Tensor]:
+        images = []
+        for i, tensor in enumerate(encoded):
+            ycrcb = cv2.cvtColor(decode(tensor.numpy(), i, "a JPEG of the batch", cv2.IMREAD_COLOR),
+                                 cv2.COLOR_BGR2YCrCb).astype(np.float32)
+            height, width = ycrcb.shape[:2]
+            blocks = ycrcb[:, :, 1:].reshape(height // 2, 2, width // 2, 2, 2).mean(axis=(1, 3))
+            ycrcb[:, :, 1:] = blocks.repeat(2, axis=0).repeat(2, axis=1)
+            rgb = cv2.cvtColor(np.clip(np.rint(ycrcb), 0, 255).astype(np.uint8), cv2.COLOR_YCrCb2RGB)
+            images.append(torch.from_numpy(rgb).permute(2, 0, 1).to(device))
+        return images
+
+    return decode_all

@@ -18,9 +18,20 @@ from pitfalls.family import Comparison, Family, SkipCase
 # item more. Allowed on average, in normalized units (grey levels divided by the smallest std):
 JPEG_MEAN_ABS_LEVELS = 10.0
 JPEG_MEAN_ABS_TOLERANCE = JPEG_MEAN_ABS_LEVELS / min(STD)
+# gpu_decode's own decoder, nvJPEG, rebuilds 4:2:0 chroma by nearest neighbour where OpenCV interpolates it: on an
+# H200 its images read 12.3 grey levels from naive's on average at the smoke size (0.216 normalized, over the
+# allowance above), and `nearest_chroma_decoder`, the same rule on the host, reads 13.2 (1.5 against OpenCV's 1.3
+# at 512x512, where the edges it blurs are a smaller share of the pixels). Allowed on top, for that decoder alone:
+NVJPEG_CHROMA_LEVELS = 6.0
 # PNG: bit-exact on the CPU; on a GPU the normalize may round differently from the host's.
 PNG_ABS_TOLERANCE = 1e-5
 COMPARED_BATCHES = 2
+
+
+def jpeg_tolerance(variant: str) -> float:
+    """The mean |image difference| from naive allowed on JPEG, in normalized units (gpu_decode's decoder on top)."""
+    levels = JPEG_MEAN_ABS_LEVELS + (NVJPEG_CHROMA_LEVELS if variant == "gpu_decode" else 0.0)
+    return levels / min(STD)
 
 
 def delivered(variant: str, device: torch.device, params: Mapping[str, Any], batches: int = COMPARED_BATCHES,
@@ -50,12 +61,12 @@ def differences(got: list[tuple[Tensor, Tensor]], want: list[tuple[Tensor, Tenso
 def compare(family: Family, variant: str, device: torch.device) -> Comparison:
     """Compare what a variant delivers to the device with what ``naive`` delivers, on PNG and JPEG smoke sets.
 
-    PNG must agree within float rounding (bit-exact on the CPU); JPEG within `JPEG_MEAN_ABS_TOLERANCE` on
-    average; masks exactly. What cannot run here is named in the detail, as is every failure: gpu_decode runs on
-    JPEG only, and where its device decoder cannot run (no CUDA, no torchvision) everything but that decoder is
-    checked, with OpenCV decoding the JPEG bytes it ships; the row is then not run (a stand-in never passes),
-    or failed if even the rest differs. The max abs diff reported is PNG's where PNG ran (the
-    exact comparison), else JPEG's.
+    PNG must agree within float rounding (bit-exact on the CPU); JPEG within `jpeg_tolerance` on average (the
+    OpenCV stand-in within the host decoders' tolerance); masks exactly. What cannot run here is named in the
+    detail, as is every failure: gpu_decode runs on JPEG only, and where its device decoder cannot run (no CUDA,
+    no torchvision) everything but that decoder is checked, with OpenCV decoding the JPEG bytes it ships; the row
+    is then not run (a stand-in never passes), or failed if even the rest differs. The max abs diff reported is
+    PNG's where PNG ran (the exact comparison), else JPEG's.
     """
     failed, notes, ran, stand_in = [], [], 0, ""
     worst: dict[str, float] = {}
@@ -76,8 +87,8 @@ def compare(family: Family, variant: str, device: torch.device) -> Comparison:
             failed.append(f"{image_format}: masks differ")
         elif image_format == "png" and max_diff > PNG_ABS_TOLERANCE:
             failed.append(f"png: images differ by up to {max_diff:.3g}")
-        elif image_format == "jpeg" and mean_diff > JPEG_MEAN_ABS_TOLERANCE:
-            failed.append(f"jpeg: images differ by {mean_diff:.3g} on average (allowed {JPEG_MEAN_ABS_TOLERANCE:.3g})")
+        elif image_format == "jpeg" and mean_diff > (allowed := jpeg_tolerance("" if stand_in else variant)):
+            failed.append(f"jpeg: images differ by {mean_diff:.3g} on average (allowed {allowed:.3g})")
     if not ran:
         failed.append("no format could run here")
     detail = "; ".join(failed + notes)
