@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 from asv import util
 from asv.machine import MachineCollection
@@ -39,7 +38,7 @@ def test_processes_loading_and_saving_at_once_read_whole_files_and_keep_every_en
         for name in names
     ]
     outputs = [run.communicate(timeout=300)[0] for run in runs]
-    for run, output in zip(runs, outputs):
+    for run, output in zip(runs, outputs, strict=True):
         # asv logs "Error parsing JSON" when it reads half a file, and a lost entry fails the assertion.
         assert run.returncode == 0 and "Error" not in output, output[-2000:]
     machines = util.load_json(str(path), MachineCollection.api_version)

@@ -170,6 +170,31 @@ def test_a_report_of_a_run_stopped_part_way_marks_what_it_did_not_reach(tmp_path
     assert "| 7 |" in report and "Checks that raised" not in report
 
 
+def test_a_check_stopped_or_failing_part_way_keeps_the_rows_it_had_finished(tmp_path, monkeypatch):
+    seen: list[dict[str, Any]] = []
+
+    def two_rows_then_stuck(device, sizes):
+        rows = gpu_proof.section_rows()
+        rows.append({"case": "a", "speedup": 240.0})
+        seen.append(json.loads((tmp_path / "figures.json").read_text())["slow"])  # what a time limit would leave
+        rows.append({"case": "b", "speedup": 3.0})
+        raise RuntimeError("planted: out of memory in case c")
+
+    monkeypatch.setattr(gpu_proof, "SECTIONS", (gpu_proof.Section("slow", "Slow", "", two_rows_then_stuck),))
+    assert gpu_proof.main([str(tmp_path), "--device", "cpu", "--no-asv"]) == 1
+    assert seen == [{**gpu_proof.UNFINISHED, gpu_proof.ROWS_DONE: [{"case": "a", "speedup": 240.0}]}]
+    stopped = gpu_proof.render_report({"device": "cuda", "environment": {}, "slow": seen[0]})
+    assert "| a | 240.0 |" in stopped
+    assert "skipped: started, not finished: the run stopped (or hung) in this check (after the 1 rows above)" in stopped
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert figures["slow"][gpu_proof.ROWS_DONE] == [{"case": "a", "speedup": 240.0}, {"case": "b", "speedup": 3.0}]
+    assert gpu_proof.failed_checks(figures) == ["slow"]
+    report = (tmp_path / "report.md").read_text().split("## Slow")[1]
+    assert report.index("| b | 3.0 |") < report.index("**failed**: `RuntimeError: planted: out of memory in case c`")
+    # Outside a proof run the list is a plain one.
+    assert type(gpu_proof.section_rows()) is list
+
+
 def test_only_runs_the_named_checks_and_refuses_an_unknown_one_in_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(gpu_proof, "SECTIONS", _planted_sections({}, tmp_path))
     assert gpu_proof.main([str(tmp_path), "--device", "cpu", "--only", "first"]) == 0

@@ -87,6 +87,27 @@ def _value(figure: Any) -> Any:
     return str(figure) if isinstance(figure, Unavailable) else figure
 
 
+class _LiveRows(list):
+    """A check's rows that hand themselves to ``on_row`` after each new one: a run stopped in the check keeps them."""
+
+    def __init__(self, on_row: Callable[[list[Any]], None]) -> None:
+        super().__init__()
+        self._on_row = on_row
+
+    def append(self, row: Any) -> None:
+        super().append(row)
+        self._on_row(self)
+
+
+# Set by `_attempt` while a check runs: where its rows go as they come.
+_on_row: Callable[[list[Any]], None] | None = None
+
+
+def section_rows() -> list[Any]:
+    """The list a check builds its rows in: live (each row written to the run's files at once) inside `_attempt`."""
+    return [] if _on_row is None else _LiveRows(_on_row)
+
+
 def _build_or_skip(
     entry: Family, variant: str, device: str, params: Mapping[str, Any], rows: list[dict[str, Any]]
 ) -> Case | None:
@@ -120,7 +141,7 @@ def syncs_against_hazards(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
 
     The counts do not depend on size, only on the code path, so every family is counted at its smoke size.
     """
-    rows: list[dict[str, Any]] = []
+    rows = section_rows()
     for entry in all_families().values():
         if HAZARDS not in entry.figures:
             continue
@@ -189,7 +210,7 @@ def scan_corpus_on_device(device: str, _sizes: Sizes) -> dict[str, Any]:
 
 def gate(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
     """``pitfalls check`` on the device: every variant against naive; a row whose own path did not run is n/a."""
-    rows = []
+    rows = section_rows()
     for row in check_all((device,)):
         verdict = "n/a" if row.skipped else ("yes" if row.matches else "NO")
         rows.append({"family": row.family, "variant": row.variant, "matches_naive": verdict,
@@ -202,7 +223,7 @@ def gate(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
 def nvml_while_looping(device: str, sizes: Sizes) -> list[dict[str, Any]]:
     """NVML's utilization, memory, power and clock while each case loops for a few seconds, at the first of
     each family's sizes."""
-    rows: list[dict[str, Any]] = []
+    rows = section_rows()
     for entry in all_families().values():
         if NVML not in entry.figures:
             continue
@@ -238,7 +259,7 @@ def nvml_while_looping(device: str, sizes: Sizes) -> list[dict[str, Any]]:
 def event_against_host_time(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
     """CUDA-event time and host wall time of the same calls, for each family's naive variant and its floor:
     they agree when the host timer synchronizes."""
-    rows: list[dict[str, Any]] = []
+    rows = section_rows()
     for entry in all_families().values():
         for variant in (entry.baseline, entry.cases[-1]):
             case = _build_or_skip(entry, variant, device, entry.smoke, rows)
@@ -263,7 +284,7 @@ def event_against_host_time(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
 def speedups(device: str, sizes: Sizes) -> list[dict[str, Any]]:
     """Interleaved speedups over naive of every variant and floor, at each of the family's article sizes (the
     loss at batch 256, 256x256 is the article's headline)."""
-    rows: list[dict[str, Any]] = []
+    rows = section_rows()
     for entry in all_families().values():
         if SPEEDUP not in entry.figures:
             continue
@@ -294,7 +315,7 @@ def loader_step_cost(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
     planted against measured milliseconds per call, synchronized; then the verdict of two rungs with it."""
     from pitfalls.families.loader import stepcost, verdict
 
-    rows: list[dict[str, Any]] = []
+    rows = section_rows()
     for model_ms in (2, 10, 50):
         planted, measured = stepcost.planted_against_measured(model_ms, torch.device(device))
         rows.append({"model_ms": planted, "measured_ms": round(measured, 3), "ratio": round(measured / planted, 3)})
@@ -310,18 +331,24 @@ def loader_step_cost(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
 
 
 def calibration(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
-    """The calibration table (`pitfalls calibrate`) on this device: on a GPU its CUDA rows run too."""
+    """The calibration table (`pitfalls calibrate`) on this device: on a GPU its CUDA rows run too, first (the
+    CPU rows are CI's every run; these are what only a GPU machine can show)."""
     from pitfalls.calibration.run import all_checks, run_checks
+    from pitfalls.calibration.table import CUDA
 
     columns = ("check", "unit", "planted", "measured", "error", "tolerance", "verdict", "reason")
-    return [{c: getattr(row, c) for c in columns} for row in run_checks(all_checks(), device)]
+    rows = section_rows()
+    for check in sorted(all_checks(), key=lambda check: check.device != CUDA):
+        [row] = run_checks([check], device)
+        rows.append({c: getattr(row, c) for c in columns})
+    return rows
 
 
 def parallel_memory(device: str, sizes: Sizes) -> list[dict[str, Any]]:
     """The parallel family per variant: device 0's estimated and measured peak memory, and (GPU) the largest global
     batch that fits, the article's "the gathered outputs force a smaller batch" in numbers."""
     entry = all_families()["parallel"]
-    rows: list[dict[str, Any]] = []
+    rows = section_rows()
     for params in sizes.of(entry):
         if device == "cuda":
             params = {**params, "world_size": max(1, min(int(params["world_size"]), torch.cuda.device_count()))}
@@ -462,6 +489,8 @@ ASV = "asv"
 ASV_TITLE = "asv quick grid on this device"
 NOT_REACHED = {"skipped": "not reached: the run stopped before this check"}
 UNFINISHED = {"skipped": "started, not finished: the run stopped (or hung) in this check"}
+# The rows a check had finished when it stopped or raised, kept beside what happened to it.
+ROWS_DONE = "rows done"
 
 
 def _failed(outcome: dict[str, Any]) -> str:
@@ -473,10 +502,13 @@ def _is_failure(outcome: Any) -> bool:
 
 
 def _section_text(outcome: Any, render: Callable[[Any], str]) -> str:
+    # The rows a check had finished when it raised or the run stopped come first, then what happened.
+    finished = render(outcome[ROWS_DONE]) + "\n" if isinstance(outcome, dict) and outcome.get(ROWS_DONE) else ""
     if _is_failure(outcome):
-        return _failed(outcome)
-    if isinstance(outcome, dict) and set(outcome) == {"skipped"}:
-        return f"skipped: {outcome['skipped']}\n"
+        return finished + _failed(outcome)
+    if isinstance(outcome, dict) and set(outcome) - {ROWS_DONE} == {"skipped"}:
+        after = f" (after the {len(outcome[ROWS_DONE])} rows above)" if finished else ""
+        return f"{finished}skipped: {outcome['skipped']}{after}\n"
     return render(outcome)
 
 
@@ -512,15 +544,28 @@ def _attempt(out: Path, figures: dict[str, Any], key: str, measure: Callable[[],
     If it raises, its outcome is the error and its traceback, so that the checks after it run. The error is not
     hidden: it is printed, written into its section of the report, and makes the run exit 1.
     """
+    global _on_row
     print(f"gpu-proof: {key} ...", file=sys.stderr, flush=True)
     figures[key] = dict(UNFINISHED)
     _write(out, figures)
+    done: list[Any] = []
+
+    def on_row(rows: list[Any]) -> None:
+        done[:] = rows
+        figures[key] = {**UNFINISHED, ROWS_DONE: list(rows)}
+        _write(out, figures)
+
+    _on_row = on_row
     try:
         figures[key] = measure()
     except Exception as error:  # any error of one check: recorded, and the run goes on to the next
         trace = traceback.format_exc()
         print(trace, file=sys.stderr, flush=True)
         figures[key] = {"error": f"{type(error).__name__}: {error}", "traceback": trace}
+        if done:
+            figures[key][ROWS_DONE] = list(done)
+    finally:
+        _on_row = None
     _write(out, figures)
 
 
