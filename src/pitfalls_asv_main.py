@@ -6,7 +6,8 @@ logs "Error parsing JSON" and exits 1; two runs that save different machines can
 save is a read-modify-write under an exclusive ``flock`` on ``<file>.lock``, and the new content replaces the old by
 an atomic rename, so a reader sees the old file or the new one, never a part. Every asv command the suite starts
 goes through `command` (``python -m pitfalls_asv_main ...``), and the suite's own machine record through
-`save_machine`.
+`save_machine`. `atomic_write`, the rename, is the suite's one way to write a file whole (``pitfalls.report``
+re-exports it).
 
 Kept outside the ``pitfalls`` package, as ``pitfalls_asv`` is: importing ``pitfalls`` would import torch into asv's
 own process.
@@ -18,17 +19,41 @@ import fcntl
 import json
 import os
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["command", "install", "main", "save_machine"]
+__all__ = ["atomic_write", "command", "install", "main", "save_machine"]
 
 
 def command(python: str) -> list[str]:
     """The argv prefix that runs asv's command line through this module with the interpreter ``python``."""
     return [python, "-m", "pitfalls_asv_main"]
+
+
+def atomic_write(path: Path, write: Callable[[Path], object]) -> Path:
+    """Create ``path`` through a temporary file in the same folder renamed into place, so no reader (and no
+    interrupted run) ever sees a half-written file.
+
+    Args:
+        path: the final file.
+        write: called with the temporary path; must write the whole file there.
+
+    Returns:
+        ``path``.
+    """
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    os.close(handle)
+    try:
+        # mkstemp makes the file private (0600); a report or a machine file is read like any other file.
+        os.chmod(temporary, 0o644)
+        write(Path(temporary))
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
 
 
 @contextmanager
@@ -59,15 +84,7 @@ def save_machine(name: str, info: Mapping[str, Any], path: str | os.PathLike[str
         machines[name] = dict(info)
         # asv's own layout (indent 4, sorted keys, the api version), so that asv and its users read it as before.
         text = json.dumps({**machines, "version": MachineCollection.api_version}, indent=4, sort_keys=True)
-        handle, partial = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as file:
-                file.write(text)
-            os.chmod(partial, 0o644)  # mkstemp's 0600 would make the file private where asv left it readable
-            os.replace(partial, target)
-        except BaseException:
-            Path(partial).unlink(missing_ok=True)
-            raise
+        atomic_write(target, lambda partial: partial.write_text(text, encoding="utf-8"))
 
 
 def _save(_cls: type, machine_name: str, machine_info: Mapping[str, Any], _path: str | None = None) -> None:

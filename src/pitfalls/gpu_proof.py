@@ -548,10 +548,8 @@ def _attempt(out: Path, figures: dict[str, Any], key: str, measure: Callable[[],
     print(f"gpu-proof: {key} ...", file=sys.stderr, flush=True)
     figures[key] = dict(UNFINISHED)
     _write(out, figures)
-    done: list[Any] = []
 
     def on_row(rows: list[Any]) -> None:
-        done[:] = rows
         figures[key] = {**UNFINISHED, ROWS_DONE: list(rows)}
         _write(out, figures)
 
@@ -561,9 +559,10 @@ def _attempt(out: Path, figures: dict[str, Any], key: str, measure: Callable[[],
     except Exception as error:  # any error of one check: recorded, and the run goes on to the next
         trace = traceback.format_exc()
         print(trace, file=sys.stderr, flush=True)
+        done = figures[key].get(ROWS_DONE)  # the rows on_row last wrote, if any
         figures[key] = {"error": f"{type(error).__name__}: {error}", "traceback": trace}
         if done:
-            figures[key][ROWS_DONE] = list(done)
+            figures[key][ROWS_DONE] = done
     finally:
         _on_row = None
     _write(out, figures)
