@@ -12,6 +12,7 @@ from rich.console import Console
 
 from pitfalls.devices import resolve_device
 from pitfalls.scan_loader.deliver import WorkerDied
+from pitfalls.scan_loader.interrupts import raise_if_received, recorded
 from pitfalls.scan_loader.render import render
 from pitfalls.scan_loader.scan import ScanOptions, default_workers, scan_loader
 from pitfalls.scan_loader.target import (
@@ -66,9 +67,11 @@ def cmd_scan_loader(args: argparse.Namespace, console: Console) -> int:
         return 2
     options = ScanOptions(device=device, workers=args.workers or default_workers(), budget_s=args.budget)
     try:
-        loader = load_loader(args.target, WrapOptions(batch_size=args.batch_size))
-        step = load_step(args.step) if args.step else None
-        report = scan_loader(loader, step, options, target=args.target, step_name=args.step or "step")
+        with recorded():
+            loader = load_loader(args.target, WrapOptions(batch_size=args.batch_size))
+            step = load_step(args.step) if args.step else None
+            report = scan_loader(loader, step, options, target=args.target, step_name=args.step or "step")
+            raise_if_received()
     except TargetError as error:
         _stderr(str(error))
         return 2

@@ -16,6 +16,8 @@ from typing import Any
 
 import psutil
 
+from pitfalls.scan_loader.interrupts import ignore_in_child
+
 __all__ = ["Container", "find_containers", "touch_copied_bytes"]
 
 _KINDS = (list, tuple, dict, set, frozenset, deque)
@@ -115,6 +117,7 @@ def _resolve(root: Any, path: str) -> Any:
 
 
 def _child(root: Any, path: str, queue: Any) -> None:
+    ignore_in_child()
     me = psutil.Process()
     before = me.memory_full_info().uss
     _touch(_resolve(root, path))

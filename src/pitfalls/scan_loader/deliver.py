@@ -10,6 +10,7 @@ import torch
 
 from pitfalls.devices import synchronize
 from pitfalls.families.loader.workers import BROKEN_CONNECTION_S, exited, is_handler_report
+from pitfalls.scan_loader.interrupts import raise_if_received
 from pitfalls.scan_loader.rebuild import worker_pids
 from pitfalls.scan_loader.target import Step
 from pitfalls.targets import ScannedCodeError, call_scanned
@@ -55,8 +56,10 @@ class Delivery:
 
 
 def theirs(target: str, iterator: Iterator[Any]) -> Iterator[Any]:
-    """The loader's batches; an exception raised while making one is the user's, a dead worker is `WorkerDied`."""
+    """The loader's batches; an exception raised while making one is the user's, a dead worker is `WorkerDied`, and a
+    Ctrl-C that a finalizer swallowed is raised before the next batch."""
     while True:
+        raise_if_received()
         try:
             batch = next(iterator)
         except StopIteration:

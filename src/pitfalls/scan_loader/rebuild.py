@@ -3,12 +3,14 @@ and the pids of its workers."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset
 
-__all__ = ["CyclingBatches", "batches_per_epoch", "rebuild", "worker_pids"]
+from pitfalls.scan_loader.interrupts import ignore_in_child
+
+__all__ = ["ChildInit", "CyclingBatches", "batches_per_epoch", "rebuild", "worker_pids"]
 
 DEFAULT_PREFETCH = 2
 
@@ -30,6 +32,19 @@ class CyclingBatches:
 
     def __len__(self) -> int:
         return len(self.inner)  # type: ignore[arg-type]
+
+
+class ChildInit:
+    """``worker_init_fn`` of a rebuilt loader: the worker leaves Ctrl-C to the scan (`ignore_in_child`), then runs
+    the user's own ``worker_init_fn``, if any."""
+
+    def __init__(self, user: Callable[[int], None] | None) -> None:
+        self.user = user
+
+    def __call__(self, worker_id: int) -> None:
+        ignore_in_child()
+        if self.user is not None:
+            self.user(worker_id)
 
 
 def batches_per_epoch(loader: DataLoader[Any]) -> int | None:
@@ -58,7 +73,7 @@ def rebuild(loader: DataLoader[Any], *, workers: int, pin_memory: bool = False, 
                                "timeout": loader.timeout, "generator": loader.generator}
     if workers:
         options.update(prefetch_factor=loader.prefetch_factor or DEFAULT_PREFETCH,
-                       persistent_workers=persistent_workers, worker_init_fn=loader.worker_init_fn,
+                       persistent_workers=persistent_workers, worker_init_fn=ChildInit(loader.worker_init_fn),
                        multiprocessing_context=loader.multiprocessing_context)
     if isinstance(loader.dataset, IterableDataset):
         options.update(batch_size=loader.batch_size, drop_last=loader.drop_last)
