@@ -92,12 +92,14 @@ def tree_digest(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def marked(marker: str) -> list[psutil.Process]:
-    """Live processes whose environment carries ``PITFALLS_RUN=marker``."""
+def marked(marker: str, variable: str = "PITFALLS_RUN") -> list[psutil.Process]:
+    """Live processes (other than this one) whose environment carries ``variable=marker``."""
     found = []
     for process in psutil.process_iter():
+        if process.pid == os.getpid():
+            continue
         try:
-            if process.environ().get("PITFALLS_RUN") == marker and process.status() != psutil.STATUS_ZOMBIE:
+            if process.environ().get(variable) == marker and process.status() != psutil.STATUS_ZOMBIE:
                 found.append(process)
         except (psutil.Error, OSError):
             continue
