@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
-from sandbox import marked
+from sandbox import alive, marked, other_processes
 
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "iproute2")
 PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo", "squeue", "scancel", "ss")
@@ -244,7 +244,7 @@ def shut_down(cluster: Cluster) -> None:
     """Stop the cluster whatever state it is in: jobs, slurmd, slurmctld, anything left of its jobs, munged last."""
     cluster.daemons.update(daemon_processes(cluster))
     controller = cluster.daemons.get("slurmctld")
-    if controller is not None and running(controller):  # a client would wait seconds for a dead one
+    if controller is not None and alive([controller]):  # a client would wait seconds for a dead one
         cancel_jobs(cluster)
     stop(cluster.daemons.get("slurmd"))
     stop(cluster.daemons.get("slurmctld"))
@@ -328,28 +328,13 @@ def processes(cluster: Cluster) -> list[psutil.Process]:
     found = {process.pid: process for process in {**cluster.daemons, **daemon_processes(cluster)}.values()}
     found.update((process.pid, process) for process in marked(cluster.env[MARKER], MARKER))
     found.update((process.pid, process) for process in holding(cluster.folder))
-    return [process for pid, process in sorted(found.items()) if running(process)]
+    return alive([process for _, process in sorted(found.items())])
 
 
 def holding(folder: Path) -> list[psutil.Process]:
     """The processes (other than this one) with a file under ``folder`` open."""
-    found = []
-    for process in psutil.process_iter():
-        if process.pid == os.getpid():
-            continue
-        try:
-            if any(Path(file.path).is_relative_to(folder) for file in process.open_files()):
-                found.append(process)
-        except (psutil.Error, OSError):
-            continue
-    return found
-
-
-def running(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+    return other_processes(lambda process: any(Path(file.path).is_relative_to(folder)
+                                               for file in process.open_files()))
 
 
 def stopped(cluster: Cluster) -> list[str]:

@@ -226,7 +226,11 @@ def test_a_cluster_stopped_with_a_job_running_leaves_nothing(tmp_path, controlle
         job = cluster.client("sbatch", "--parsable", "--mem=100M", f"--output={tmp_path}/job.out",
                              "--wrap", "sleep 600").strip()
         cluster.wait([job], 30, until=("RUNNING",))
-        assert {"slurmstepd", "sleep"} <= {process.name() for process in processes(cluster)}
+        # RUNNING comes before slurmstepd has started the script.
+        deadline = time.monotonic() + 15
+        while not {"slurmstepd", "sleep"} <= {process.name() for process in processes(cluster)}:
+            assert time.monotonic() < deadline, [process.name() for process in processes(cluster)]
+            time.sleep(0.2)
         if controller == "gone":
             pid = int(cluster.pid_file("slurmctld").read_text())
             os.kill(pid, signal.SIGKILL)
