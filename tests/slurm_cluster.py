@@ -51,6 +51,11 @@ def unavailable() -> str | None:
     return None
 
 
+def bind_address(host: str) -> str:
+    """The address the daemons bind with NoInAddrAny, and the one clients reach them at: the host name's first."""
+    return socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)[0][4][0]
+
+
 def host_addresses(host: str) -> set[str]:
     """Every address ``host`` resolves to (what slurmctld and slurmd bind with NoInAddrAny)."""
     try:
@@ -59,9 +64,9 @@ def host_addresses(host: str) -> set[str]:
         return set()
 
 
-def free_port() -> int:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
-        probe.bind(("127.0.0.1", 0))
+def free_port(address: str) -> int:
+    with closing(socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM)) as probe:
+        probe.bind((address, 0))
         return int(probe.getsockname()[1])
 
 
@@ -73,6 +78,7 @@ class Cluster:
         folder: every file of the cluster (configuration, key, state, spool, pids, logs).
         conf: its slurm.conf.
         host: the node's name (this machine's host name).
+        address: where both daemons listen, what the host name resolves to (a loopback address).
         ports: (slurmctld's, slurmd's).
         partitions: the partitions, the first the default; every one holds the node.
         features: the node's features.
@@ -83,6 +89,7 @@ class Cluster:
     folder: Path
     conf: Path
     host: str
+    address: str
     ports: tuple[int, int]
     partitions: tuple[str, ...]
     features: tuple[str, ...]
@@ -137,12 +144,12 @@ def fields(line: str) -> dict[str, str]:
     return out
 
 
-def slurm_conf(folder: Path, host: str, ports: tuple[int, int], partitions: tuple[str, ...],
-               features: tuple[str, ...], munge_socket: Path) -> str:
-    """The cluster's slurm.conf: one node on loopback, every file in ``folder``."""
+def slurm_conf(cluster: Cluster, munge_socket: Path) -> str:
+    """The cluster's slurm.conf: one node on loopback, every file in the cluster's folder."""
+    folder, host, address, ports = cluster.folder, cluster.host, cluster.address, cluster.ports
     lines = [
         "ClusterName=pitfalls-test",
-        f"SlurmctldHost={host}(127.0.0.1)",
+        f"SlurmctldHost={host}({address})",
         f"SlurmctldPort={ports[0]}",
         f"SlurmdPort={ports[1]}",
         # Bind what the host name resolves to (loopback here), not every address.
@@ -154,8 +161,8 @@ def slurm_conf(folder: Path, host: str, ports: tuple[int, int], partitions: tupl
         "SlurmdUser=root",
         f"StateSaveLocation={folder / 'state'}",
         f"SlurmdSpoolDir={folder / 'spool'}",
-        f"SlurmctldPidFile={folder / 'slurmctld.pid'}",
-        f"SlurmdPidFile={folder / 'slurmd.pid'}",
+        f"SlurmctldPidFile={cluster.pid_file('slurmctld')}",
+        f"SlurmdPidFile={cluster.pid_file('slurmd')}",
         f"SlurmctldLogFile={folder / 'slurmctld.log'}",
         f"SlurmdLogFile={folder / 'slurmd.log'}",
         "ProctrackType=proctrack/linuxproc",
@@ -164,14 +171,15 @@ def slurm_conf(folder: Path, host: str, ports: tuple[int, int], partitions: tupl
         "SelectTypeParameters=CR_Core_Memory",
         "AccountingStorageType=accounting_storage/none",
         "JobCompType=jobcomp/filetxt",
-        f"JobCompLoc={folder / 'jobcomp.txt'}",
+        f"JobCompLoc={cluster.jobcomp}",
         "MpiDefault=none",
         "ReturnToService=2",
         # The node's size as declared here, whatever the machine has: the test asks for 1 CPU and 1 GB per task.
         "SlurmdParameters=config_overrides",
-        f"NodeName={host} NodeAddr=127.0.0.1 CPUs=2 RealMemory=8000 Feature={','.join(features)} State=UNKNOWN",
+        f"NodeName={host} NodeAddr={address} CPUs=2 RealMemory=8000 Feature={','.join(cluster.features)} "
+        "State=UNKNOWN",
     ]
-    for index, partition in enumerate(partitions):
+    for index, partition in enumerate(cluster.partitions):
         default = "YES" if index == 0 else "NO"
         lines.append(f"PartitionName={partition} Nodes={host} Default={default} MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"
@@ -271,16 +279,17 @@ def local_cluster(folder: Path, partitions: tuple[str, ...] = ("kind-a", "kind-b
     for sub in ("state", "spool"):
         (folder / sub).mkdir()
     host = socket.gethostname()
-    ports = (free_port(), free_port())
+    address = bind_address(host)
+    ports = (free_port(address), free_port(address))
     munge_socket = folder / "munge.socket"
     conf = folder / "slurm.conf"
-    conf.write_text(slurm_conf(folder, host, ports, partitions, features, munge_socket))
     key = folder / "munge.key"
     key.write_bytes(secrets.token_bytes(1024))
     key.chmod(0o400)
     env = {**os.environ, "SLURM_CONF": str(conf), MARKER: folder.name + "-" + secrets.token_hex(8)}
-    cluster = Cluster(folder=folder, conf=conf, host=host, ports=ports, partitions=partitions, features=features,
-                      env=env)
+    cluster = Cluster(folder=folder, conf=conf, host=host, address=address, ports=ports, partitions=partitions,
+                      features=features, env=env)
+    conf.write_text(slurm_conf(cluster, munge_socket))
     with ExitStack() as stack:
         stack.callback(shutil.rmtree, folder, ignore_errors=True)
         stack.callback(shut_down, cluster)
