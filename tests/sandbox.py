@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -92,16 +93,23 @@ def tree_digest(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def marked(marker: str) -> list[psutil.Process]:
-    """Live processes whose environment carries ``PITFALLS_RUN=marker``."""
+def other_processes(test: Callable[[psutil.Process], bool]) -> list[psutil.Process]:
+    """Live processes other than this one that pass ``test`` (one that vanishes or cannot be read does not)."""
     found = []
     for process in psutil.process_iter():
+        if process.pid == os.getpid():
+            continue
         try:
-            if process.environ().get("PITFALLS_RUN") == marker and process.status() != psutil.STATUS_ZOMBIE:
+            if test(process) and process.status() != psutil.STATUS_ZOMBIE:
                 found.append(process)
         except (psutil.Error, OSError):
             continue
     return found
+
+
+def marked(marker: str, variable: str = "PITFALLS_RUN") -> list[psutil.Process]:
+    """Live processes (other than this one) whose environment carries ``variable=marker``."""
+    return other_processes(lambda process: process.environ().get(variable) == marker)
 
 
 def alive(processes: list[psutil.Process]) -> list[psutil.Process]:

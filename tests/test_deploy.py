@@ -1,4 +1,5 @@
-"""The fleet: Kubernetes manifests (validated against the API schema) and the Slurm scripts."""
+"""The fleet: Kubernetes manifests (validated against the API schema) and the Slurm scripts (their arguments, with a
+stand-in sbatch; tests/test_slurm_fleet.py runs them on a real cluster)."""
 
 from __future__ import annotations
 
@@ -107,32 +108,127 @@ def test_the_array_script_runs_the_image_with_a_gpu_into_its_own_results_folder(
     assert "#SBATCH --gres=gpu:1" in text
     assert 'results="$fleet/results-$task"' in text
     assert "apptainer run --nv" in text and '--bind "$results:/suite/results"' in text
+    # Without a container: the checkout's own run-suite in a clone; a real cluster runs it (test_slurm_fleet.py).
+    assert 'runtime=${PITFALLS_RUNTIME:-apptainer}' in text and "bash scripts/run-suite --no-publish" in text
 
 
-def test_submit_fleet_submits_one_task_per_gpu_kind_then_the_merge(tmp_path):
-    """submit-fleet against a stand-in sbatch that records its arguments and answers job ids."""
+def stand_in_sbatch(tmp_path: Path) -> tuple[Path, Path]:
+    """A folder holding an ``sbatch`` that records its arguments (and PITFALLS_COMMIT) and answers job ids."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     log = tmp_path / "sbatch.log"
     fake = bin_dir / "sbatch"
     fake.write_text(
         "#!/bin/bash\n"
-        f'printf "%s\\n" "$*" >>"{log}"\n'
-        f'echo $((100 + $(wc -l <"{log}")))\n'
+        f'printf "%s commit=%s\\n" "$*" "${{PITFALLS_COMMIT:-}}" >>"{log}"\n'
+        f'echo "$((100 + $(wc -l <"{log}")));cluster"\n'
     )
     fake.chmod(0o755)
-    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", PITFALLS_FLEET=str(tmp_path / "fleet"))
-    done = subprocess.run(
-        ["bash", str(SLURM / "submit-fleet"), "gpu:h100:1", "gpu:l4:1"], capture_output=True, text=True, env=env
-    )
+    return bin_dir, log
+
+
+def submit_fleet(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """submit-fleet against the stand-in sbatch: its result and the sbatch calls it made, one line each."""
+    bin_dir, log = stand_in_sbatch(tmp_path)
+    environ = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PITFALLS_FLEET": str(tmp_path / "fleet"),
+               **env}
+    done = subprocess.run(["bash", str(SLURM / "submit-fleet"), *args], capture_output=True, text=True, env=environ,
+                          cwd=tmp_path)
+    return done, (log.read_text().splitlines() if log.exists() else [])
+
+
+def test_submit_fleet_submits_one_task_per_gpu_kind_then_the_merge(tmp_path):
+    """submit-fleet against a stand-in sbatch that records its arguments and answers job ids."""
+    done, calls = submit_fleet(tmp_path, "gpu:h100:1", "gpu:l4:1")
     assert done.returncode == 0, done.stderr
-    first, second, merge = log.read_text().splitlines()
-    assert "--array=0 --gres=gpu:h100:1" in first and first.endswith("pitfalls-array.sbatch")
+    first, second, merge = calls
+    assert "--array=0 --gres=gpu:h100:1" in first and first.split()[-2].endswith("pitfalls-array.sbatch")
     assert "--array=1 --gres=gpu:l4:1" in second
-    assert "--dependency=afterok:101:102" in merge
-    assert f"pitfalls merge '{tmp_path / 'fleet'}'/results-*" in merge
+    assert f"--output={tmp_path / 'fleet' / 'logs'}/pitfalls-%A_%a.out" in first
+    # The merge waits for both, is cancelled if one fails, asks for no GPU, and runs the script's merge.
+    assert "--dependency=afterok:101:102 --kill-on-invalid-dep=yes --gres=none" in merge
+    assert "pitfalls-array.sbatch --merge" in merge
+    # The ids on stdout, one a line, the merge's last (without sbatch's ";cluster").
+    assert done.stdout.split() == ["101", "102", "103"]
+    assert (tmp_path / "fleet" / "logs").is_dir()
 
 
-def test_submit_fleet_without_gpu_kinds_says_how_to_call_it():
-    done = subprocess.run(["bash", str(SLURM / "submit-fleet")], capture_output=True, text=True)
-    assert done.returncode == 2 and "usage:" in done.stderr and len(done.stderr.splitlines()) == 1
+def test_submit_fleet_takes_kinds_by_partition_or_feature_and_options_for_every_job(tmp_path):
+    done, calls = submit_fleet(tmp_path, "--mem=1G", "partition=a100", "--time=30", "constraint=l4", "gres=gpu:2",
+                               "--", "-b", "bench_loss")
+    assert done.returncode == 0, done.stderr
+    first, second, third, merge = calls
+    assert "--array=0 --partition=a100 --mem=1G --time=30 " in first
+    assert "--array=1 --constraint=l4 --mem=1G --time=30 " in second
+    assert "--array=2 --gres=gpu:2 --mem=1G --time=30 " in third
+    # run-suite's arguments go to the tasks, not to the merge; the options go to every job, after the merge's own.
+    assert all(call.endswith("pitfalls-array.sbatch -b bench_loss commit=") for call in (first, second, third))
+    assert "--mem=4G --time=1:00:00 --mem=1G --time=30 " in merge and "bench_loss" not in merge
+
+
+def test_submit_fleet_without_a_container_runs_the_checkouts_head(tmp_path):
+    done, calls = submit_fleet(tmp_path, "partition=a100", PITFALLS_RUNTIME="checkout")
+    assert done.returncode == 0, done.stderr
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    assert all(call.endswith(f"commit={head}") for call in calls), calls
+
+
+@pytest.mark.parametrize(("args", "env", "said"), [
+    ((), {}, "usage:"),
+    (("--mem=1G",), {}, "usage:"),
+    (("node=a100",), {}, "error: KIND node=a100 is not a kind; allowed: gres=SPEC (or a bare SPEC), partition=NAME"),
+    (("gpu:1",), {"PITFALLS_RUNTIME": "docker"},
+     "error: PITFALLS_RUNTIME=docker is not a runtime; allowed: apptainer, checkout"),
+])
+def test_submit_fleet_refuses_bad_input_in_one_line_before_submitting_anything(tmp_path, args, env, said):
+    done, calls = submit_fleet(tmp_path, *args, **env)
+    assert done.returncode == 2 and done.stderr.startswith(said) and len(done.stderr.splitlines()) == 1
+    assert calls == []
+
+
+def array_task(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """Task 0 of the array script run by hand, as Slurm would, with its scratch folders under ``tmp_path``."""
+    environ = {**os.environ, "SLURM_ARRAY_TASK_ID": "0", "PITFALLS_FLEET": str(tmp_path / "fleet"),
+               "TMPDIR": str(tmp_path), **env}
+    return subprocess.run(["bash", str(SLURM / "pitfalls-array.sbatch")], capture_output=True, text=True,
+                          env=environ, cwd=tmp_path, timeout=120)
+
+
+def test_the_array_script_refuses_an_unknown_runtime_in_one_line(tmp_path):
+    done = array_task(tmp_path, PITFALLS_RUNTIME="docker")
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        "error: PITFALLS_RUNTIME=docker is not a runtime; allowed: apptainer, checkout"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_task_refuses_a_shared_venv_made_from_another_pyproject(tmp_path):
+    """Bootstrapping a venv every task shares from one task's clone would break it for the others: refused."""
+    other = tmp_path / "venv"
+    (other / "bin").mkdir(parents=True)
+    # Not an interpreter: whatever would install into it fails instead of reaching a real Python.
+    (other / "bin" / "python").write_text("#!/bin/sh\necho 'the venv was used' >&2\nexit 97\n")
+    (other / "bin" / "python").chmod(0o755)
+    (other / ".pitfalls-installed").write_text("0123456789abcdef torch==2.13.0\n")
+    done = array_task(tmp_path, PITFALLS_RUNTIME="checkout", PITFALLS_REPO=str(ROOT), PITFALLS_VENV=str(other))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"error: {other} was not made by this scripts/bootstrap from this pyproject.toml with "
+        f"PITFALLS_TORCH=torch==2.13.0; make it with: PITFALLS_VENV={other} bash scripts/bootstrap"]
+    # Nothing installed into it, nothing measured, the job's scratch folder removed.
+    assert sorted(p.name for p in other.iterdir()) == [".pitfalls-installed", "bin"]
+    assert not list((tmp_path / "fleet" / "results-0").iterdir()) and not list(tmp_path.glob("pitfalls-job.*"))
+
+
+def test_a_commit_whose_bootstrap_cannot_check_is_not_run_with_a_shared_venv(tmp_path):
+    """Before scripts/bootstrap had --check, it would have read the flag as nothing and reinstalled the venv."""
+    added = subprocess.run(["git", "-C", str(ROOT), "log", "--format=%H", "-S--check", "--", "scripts/bootstrap"],
+                           capture_output=True, text=True, check=True).stdout.split()[-1]
+    before = subprocess.run(["git", "-C", str(ROOT), "rev-parse", f"{added}^"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    done = array_task(tmp_path, PITFALLS_RUNTIME="checkout", PITFALLS_REPO=str(ROOT), PITFALLS_COMMIT=before,
+                      PITFALLS_VENV=str(tmp_path / "venv"))
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        f"error: scripts/bootstrap of {before} cannot check a shared venv without reinstalling it; run that commit "
+        "without PITFALLS_VENV"]
+    assert not (tmp_path / "venv").exists() and not list(tmp_path.glob("pitfalls-job.*"))

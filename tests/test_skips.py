@@ -62,6 +62,11 @@ def test_outside_scripts_test_the_groups_print_and_the_status_stays(tmp_path):
      "no CUDA device"),
     ("rebuilds every vendored file ...; set PITFALLS_REFRESH_TEST=1 to run it",
      "opt-in: the registry rebuild of vendored files"),
+    ("no Slurm cluster: its daemons run as root and this user is not",
+     "no Slurm cluster (not root, or the host name not on loopback)"),
+    ("no Slurm cluster: the host name 'node1' resolves to 10.0.0.5, not to loopback only, so its daemons would "
+     "listen beyond this machine", "no Slurm cluster (not root, or the host name not on loopback)"),
+    ("the Slurm cluster did not start: no Slurm cluster here", None),
     ("needs the merged site of the test above", None),
     ("no chromium on PATH (scripts/test installs it as root)", None),
     ("batch=256 at 256x256 needs 12.0 GiB; 8.0 GiB free", None),
