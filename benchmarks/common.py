@@ -25,7 +25,6 @@ import itertools
 import json
 import os
 import sys
-import time
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,12 +34,11 @@ from typing import Any, TypeVar
 import torch
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from pitfalls import registry
+from pitfalls import measure, registry
 from pitfalls.cases import Case, SkipCase, build_case, estimate_bytes
 from pitfalls.devices import cuda_available, fits, resolve_device, synchronize
 from pitfalls.family import COMPILE, CUDA, HAZARDS, NVML, SPEEDUP
 from pitfalls.probes import (
-    NvmlSampler,
     NvmlSummary,
     Unavailable,
     case_speedup,
@@ -229,12 +227,7 @@ def cuda_syncs(c: Case) -> float | Unavailable:
 
 def nvml_window(c: Case) -> NvmlSummary | Unavailable:
     """Loop the case for ``NVML_WINDOW_S`` seconds while NVML samples its GPU; return what NVML saw."""
-    with NvmlSampler(c.device) as sampler:
-        deadline = time.perf_counter() + NVML_WINDOW_S
-        while time.perf_counter() < deadline:
-            c()
-        synchronize(c.device)
-    return sampler.summary
+    return measure.nvml_window(c, c.device, NVML_WINDOW_S)
 
 
 def nvml_mean(window: NvmlSummary | Unavailable, metric: str) -> float:

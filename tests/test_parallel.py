@@ -215,6 +215,23 @@ def test_the_largest_batch_search_finds_the_edge_of_a_fake_device_memory():
     assert parallel_memory.largest_fitting(lambda n: True, limit=100) == 100
 
 
+def test_the_largest_batch_search_stops_at_its_time_limit_with_what_it_settled():
+    # A fake clock that each try moves 10 s on; the edge is at 300 images: the deadline at 45 s allows 5 tries.
+    now = [0.0]
+
+    def fits(batch: int) -> bool:
+        now[0] += 10
+        return batch <= 300
+
+    stopped = parallel_memory.largest_fitting(fits, deadline=45, clock=lambda: now[0])
+    assert stopped == parallel_memory.Stopped(low=16, high=None)  # 1, 2, 4, 8, 16 ran; 32 was not tried
+    now[0] = 0.0
+    bisecting = parallel_memory.largest_fitting(fits, deadline=105, clock=lambda: now[0])
+    assert bisecting == parallel_memory.Stopped(low=256, high=384)  # 512 failed, then 384
+    now[0] = 0.0
+    assert parallel_memory.largest_fitting(fits, deadline=10**6, clock=lambda: now[0]) == 300
+
+
 def test_the_largest_batch_search_measures_and_is_not_stopped_by_the_estimate(monkeypatch):
     # A planted estimate that refuses everything: the family's build skips the case, the search's build does not.
     monkeypatch.setattr(parallel, "fits", lambda device, needed: (False, "planted: the estimate says no"))

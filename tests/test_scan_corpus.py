@@ -125,5 +125,5 @@ def test_gpu_proof_runs_the_corpus_and_reports_its_agreement_or_why_not() -> Non
     if not cuda_available():
         assert found["agreement"]["against real CUDA syncs"].startswith("unavailable: no CUDA device")
         assert all(row["cuda_syncs"].startswith("unavailable") for row in rows.values())
-    report = gpu_proof._table(found["rows"])
+    report = gpu_proof.render_rows(found["rows"])
     assert "`return torch.bincount(d.labels)`" in report

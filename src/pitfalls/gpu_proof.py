@@ -35,9 +35,9 @@ from pitfalls.equivalence import check_all
 from pitfalls.families import parallel
 from pitfalls.families import parallel_memory as memory
 from pitfalls.family import HAZARDS, NVML, SPEEDUP, Case, Family, SkipCase
+from pitfalls.measure import nvml_window
 from pitfalls.probes import (
     HazardCounts,
-    NvmlSampler,
     NvmlSummary,
     Unavailable,
     blocked_speedup,
@@ -99,12 +99,12 @@ class _LiveRows(list):
         self._on_row(self)
 
 
-# Set by `_attempt` while a check runs: where its rows go as they come.
+# Set by `attempt` while a check runs: where its rows go as they come.
 _on_row: Callable[[list[Any]], None] | None = None
 
 
 def section_rows() -> list[Any]:
-    """The list a check builds its rows in: live (each row written to the run's files at once) inside `_attempt`."""
+    """The list a check builds its rows in: live (each row written to the run's files at once) inside `attempt`."""
     return [] if _on_row is None else _LiveRows(_on_row)
 
 
@@ -232,17 +232,18 @@ def nvml_while_looping(device: str, sizes: Sizes) -> list[dict[str, Any]]:
             case = _build_or_skip(entry, variant, device, params, rows)
             if case is None:
                 continue
+            calls = 0
+
+            def counted(case: Case = case) -> None:
+                nonlocal calls
+                case()
+                calls += 1
+
             with case:
                 case()  # warm-up, outside the sampled window
                 synchronize(case.device)
-                steps = 0
-                with NvmlSampler(case.device if case.device.type == "cuda" else 0) as sampler:
-                    deadline = time.perf_counter() + sizes.nvml_seconds
-                    while time.perf_counter() < deadline:
-                        case()
-                        steps += 1
-                    synchronize(case.device)
-            summary = sampler.summary
+                summary = nvml_window(counted, case.device, sizes.nvml_seconds)
+            steps = calls
             row: dict[str, Any] = {"family": entry.name, "variant": variant, "sizes": params, "calls": steps}
             if isinstance(summary, NvmlSummary):
                 for name in ("utilization_pct", "nvml_utilization_pct", "memory_used_mib", "power_w",
@@ -369,16 +370,21 @@ def parallel_memory(device: str, sizes: Sizes) -> list[dict[str, Any]]:
     return rows
 
 
-def largest_global_batch(variant: str, params: Mapping[str, Any]) -> Any:
+def largest_global_batch(variant: str, params: Mapping[str, Any], deadline: float | None = None) -> Any:
     """The largest global batch of a variant that ran on the GPUs (a bounded search, measured: out of memory is
-    "does not fit"); ">= N" when the search's bound still fit, n/a with the reason when it could not search."""
+    "does not fit"); ">= N" when the search's bound still fit or its time limit (a ``time.monotonic()``
+    ``deadline``) came first, n/a with the reason when it could not search."""
     world = int(params["world_size"])
     try:
-        per_rank = memory.largest_fitting(memory.fits_on_gpu(variant, world, int(params["image_size"])))
+        per_rank = memory.largest_fitting(memory.fits_on_gpu(variant, world, int(params["image_size"])),
+                                          deadline=deadline)
     except SkipCase as skip:
         return _value(Unavailable(skip.reason))
     if isinstance(per_rank, Unavailable):
         return _value(per_rank)
+    if isinstance(per_rank, memory.Stopped):
+        below = f", < {per_rank.high * world}" if per_rank.high is not None else ""
+        return f">= {per_rank.low * world}{below} (the search's time limit stopped it)"
     if per_rank == memory.BATCH_LIMIT:
         return f">= {per_rank * world} (the search stops at {memory.BATCH_LIMIT} images per rank)"
     return per_rank * world
@@ -423,7 +429,8 @@ def machine_name(device: str) -> str:
     return os.environ.get("PITFALLS_MACHINE") or runner.machine_name(runner.hardware(sys.executable, device))
 
 
-def _table(rows: list[dict[str, Any]]) -> str:
+def render_rows(rows: list[dict[str, Any]]) -> str:
+    """Rows as a markdown table, its columns the keys in the order they first appear."""
     if not rows:
         return "(nothing measured)\n"
     columns = list(dict.fromkeys(key for row in rows for key in row))
@@ -432,9 +439,10 @@ def _table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _corpus_tables(found: dict[str, Any]) -> str:
+def render_corpus(found: dict[str, Any]) -> str:
+    """The scan corpus check: its agreement summary, then its rows."""
     agreement = [{"check": k, "agreement": v} for k, v in found["agreement"].items()]
-    return _table(agreement) + "\n" + _table(found["rows"])
+    return render_rows(agreement) + "\n" + render_rows(found["rows"])
 
 
 @dataclass(frozen=True)
@@ -453,7 +461,7 @@ class Section:
     title: str
     intro: str
     measure: Callable[[str, Sizes], Any]
-    render: Callable[[Any], str] = _table
+    render: Callable[[Any], str] = render_rows
 
 
 SECTIONS: tuple[Section, ...] = (
@@ -464,7 +472,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("corpus", "The scan corpus: labels, the scan, and real CUDA syncs per line",
             "Each construct is one line (`pitfalls.scan_corpus`); real syncs are counted under "
             "`torch.cuda.set_sync_debug_mode(\"warn\")`, the scan on the eager program.",
-            scan_corpus_on_device, _corpus_tables),
+            scan_corpus_on_device, render_corpus),
     Section("gate", "Every variant against naive (pitfalls check)",
             "A variant whose own code path did not run here (a stand-in ran instead) is n/a, never a pass.", gate),
     Section("nvml", "NVML while each case loops",
@@ -497,14 +505,16 @@ def _failed(outcome: dict[str, Any]) -> str:
     return f"**failed**: `{outcome['error']}`\n\n```\n{outcome['traceback'].rstrip()}\n```\n"
 
 
-def _is_failure(outcome: Any) -> bool:
+def is_failure(outcome: Any) -> bool:
+    """Whether a check's outcome is an error it raised (with its traceback) rather than figures."""
     return isinstance(outcome, dict) and "error" in outcome and "traceback" in outcome
 
 
-def _section_text(outcome: Any, render: Callable[[Any], str]) -> str:
+def section_text(outcome: Any, render: Callable[[Any], str]) -> str:
+    """A check's outcome as markdown: its figures, or why it has none (skipped, failed, stopped part-way)."""
     # The rows a check had finished when it raised or the run stopped come first, then what happened.
     finished = render(outcome[ROWS_DONE]) + "\n" if isinstance(outcome, dict) and outcome.get(ROWS_DONE) else ""
-    if _is_failure(outcome):
+    if is_failure(outcome):
         return finished + _failed(outcome)
     if isinstance(outcome, dict) and set(outcome) - {ROWS_DONE} == {"skipped"}:
         after = f" (after the {len(outcome[ROWS_DONE])} rows above)" if finished else ""
@@ -528,30 +538,38 @@ def render_report(figures: dict[str, Any]) -> str:
         parts.append(f"## {section.title}\n")
         if section.intro:
             parts.append(section.intro + "\n")
-        parts.append(_section_text(figures.get(section.key, NOT_REACHED), section.render))
-    parts += [f"## {ASV_TITLE}\n", _section_text(figures.get(ASV, NOT_REACHED), lambda outcome: _table([outcome]))]
+        parts.append(section_text(figures.get(section.key, NOT_REACHED), section.render))
+    parts += [f"## {ASV_TITLE}\n", section_text(figures.get(ASV, NOT_REACHED), lambda outcome: render_rows([outcome]))]
     return "\n".join(parts)
 
 
 def failed_checks(figures: Mapping[str, Any]) -> list[str]:
     """The names of the checks of a proof run that raised instead of measuring."""
-    return [key for key in check_names() if _is_failure(figures.get(key))]
+    return [key for key in check_names() if is_failure(figures.get(key))]
 
 
-def _attempt(out: Path, figures: dict[str, Any], key: str, measure: Callable[[], Any]) -> None:
-    """Run one check into ``figures[key]``, the files saying it is under way while it runs and what it gave after.
+def attempt(figures: dict[str, Any], key: str, measure: Callable[[], Any],
+            write: Callable[[dict[str, Any]], None]) -> None:
+    """Run one check into ``figures[key]``, ``write`` saving the figures when it starts, after each row of it
+    (`section_rows`) and when it ends: a run stopped in the check keeps the rows it finished.
 
     If it raises, its outcome is the error and its traceback, so that the checks after it run. The error is not
     hidden: it is printed, written into its section of the report, and makes the run exit 1.
+
+    Args:
+        figures: every check's outcome so far, by key; ``figures[key]`` is set.
+        key: the check's name.
+        measure: the check itself.
+        write: saves ``figures`` (whole files, renamed into place: a time limit can stop the run while it writes).
     """
     global _on_row
-    print(f"gpu-proof: {key} ...", file=sys.stderr, flush=True)
+    print(f"{key} ...", file=sys.stderr, flush=True)
     figures[key] = dict(UNFINISHED)
-    _write(out, figures)
+    write(figures)
 
     def on_row(rows: list[Any]) -> None:
         figures[key] = {**UNFINISHED, ROWS_DONE: list(rows)}
-        _write(out, figures)
+        write(figures)
 
     _on_row = on_row
     try:
@@ -565,7 +583,7 @@ def _attempt(out: Path, figures: dict[str, Any], key: str, measure: Callable[[],
             figures[key][ROWS_DONE] = done
     finally:
         _on_row = None
-    _write(out, figures)
+    write(figures)
 
 
 def _write(out: Path, figures: dict[str, Any]) -> None:
@@ -611,17 +629,18 @@ def run(out: Path, device: str, *, with_asv: bool = True, only: Sequence[str] = 
     chosen = set(only or check_names())
     # Every check is "not reached" until it runs, so that a run stopped part-way says so in figures.json too.
     figures.update({key: dict(NOT_REACHED) for key in check_names()})
+    write = functools.partial(_write, out)
     for section in SECTIONS:
         if section.key not in chosen:
             figures[section.key] = {"skipped": f"not selected (--only {','.join(only)})"}
             continue
-        _attempt(out, figures, section.key, functools.partial(section.measure, device, sizes))
+        attempt(figures, section.key, functools.partial(section.measure, device, sizes), write)
     if not with_asv:
         figures[ASV] = {"skipped": "--no-asv"}
     elif ASV not in chosen:
         figures[ASV] = {"skipped": f"not selected (--only {','.join(only)})"}
     else:
-        _attempt(out, figures, ASV, functools.partial(asv_quick_grid, device, out, machine_name(device)))
+        attempt(figures, ASV, functools.partial(asv_quick_grid, device, out, machine_name(device)), write)
     figures["seconds"] = round(time.perf_counter() - started, 1)
     _write(out, figures)
     return figures

@@ -7,35 +7,64 @@ device 0 fills first and the global batch must shrink; DDP's ranks each hold 1/W
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from pitfalls.probes.result import Unavailable
 
-__all__ = ["BATCH_LIMIT", "fits_on_gpu", "largest_fitting"]
+__all__ = ["BATCH_LIMIT", "Stopped", "fits_on_gpu", "largest_fitting"]
 
 # Images per rank the search never goes beyond (a bound on its time: each try is a real step).
 BATCH_LIMIT = 1024
 
 
-def largest_fitting(fits: Callable[[int], bool], *, limit: int = BATCH_LIMIT) -> int | Unavailable:
+@dataclass(frozen=True)
+class Stopped:
+    """A search its time limit ended: ``low`` images per rank ran, a larger batch was not settled.
+
+    Attributes:
+        low: the largest batch per rank that ran before the limit.
+        high: the smallest that did not fit, or None when none failed yet.
+    """
+
+    low: int
+    high: int | None
+
+
+def largest_fitting(fits: Callable[[int], bool], *, limit: int = BATCH_LIMIT, deadline: float | None = None,
+                    clock: Callable[[], float] = time.monotonic) -> int | Stopped | Unavailable:
     """The largest ``n`` in 1..``limit`` with ``fits(n)``, assuming what fits stays fitting below it.
 
     Args:
         fits: tries ``n`` (images per rank) and tells whether it ran.
         limit: the bound of the search.
+        deadline: a ``clock()`` after which no further try starts (a try under way is finished).
+        clock: the clock of ``deadline``.
 
     Returns:
-        ``n``, or `Unavailable` when not even one image fits.
+        ``n``; `Stopped` with what was settled when the deadline came first; `Unavailable` when not even one
+        image fits.
     """
     if not fits(1):
         return Unavailable("not even 1 image per rank fits")
+
+    def late() -> bool:
+        return deadline is not None and clock() > deadline
+
     low, high = 1, 2
-    while high <= limit and fits(high):
+    while high <= limit:
+        if late():
+            return Stopped(low, None)
+        if not fits(high):
+            break
         low, high = high, high * 2
     high = min(high, limit + 1)  # low fits; high does not (or is past the limit)
     while high - low > 1:
+        if late():
+            return Stopped(low, high)
         middle = (low + high) // 2
         low, high = (middle, high) if fits(middle) else (low, middle)
     return low

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pitfalls.report.atomic import atomic_write
+from pitfalls.report.claims import claims_markdown, machine_sources
 from pitfalls.report.loading import read_results
 from pitfalls.report.markdown import summary_markdown
 from pitfalls.report.rows import Row, checked_rows
@@ -35,8 +36,10 @@ def write_report(
     out_dir: str | os.PathLike[str],
     machine: str | None = None,
     commit: str | None = None,
+    proof_dir: str | os.PathLike[str] | None = None,
 ) -> Path:
-    """Write ``out_dir/README.md`` (the summary with its charts linked) and the chart PNGs.
+    """Write ``out_dir/README.md`` (the articles' claims measured, then the summary with its charts linked),
+    ``out_dir/claims.md`` and the chart PNGs.
 
     Only files inside ``out_dir`` are created or replaced, each atomically; the README is written last, so it
     never links a chart that is not there. Results that cannot be read are left out, logged as warnings and listed
@@ -48,6 +51,7 @@ def write_report(
         machine: only this machine (default: all).
         commit: only this commit, compared across its environments (default: each environment's newest, and the
             newest commit measured in two or more environments compared).
+        proof_dir: the budgeted GPU runs' folder for the claims table (default: ``proof`` beside ``results_dir``).
 
     Returns:
         The path of the README.
@@ -68,5 +72,9 @@ def write_report(
     linked: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
     for path, key in write_charts(list(loaded.rows), out):
         linked[key].append(path.name)
-    text = summary_markdown(loaded, linked)
+    proof = Path(proof_dir) if proof_dir is not None else results.parent / "proof"
+    claims = claims_markdown(machine_sources(results, proof, rows=loaded.rows))
+    atomic_write(out / "claims.md", lambda p: p.write_text(claims, encoding="utf-8"))
+    head, _, rest = summary_markdown(loaded, linked).partition("\n")
+    text = f"{head}\n\n## The articles' claims, measured (claims.md)\n\n{claims}{rest}"
     return atomic_write(out / "README.md", lambda p: p.write_text(text, encoding="utf-8"))

@@ -1,0 +1,121 @@
+"""What each piece of the budgeted run costs, in seconds, per device kind: read from a committed file, written back
+from runs.
+
+The file (``proof/costs.json``) maps a device kind ("cpu", or the GPU machine's name such as ``gpu-nvidia-h200``)
+to each piece's seconds as the last run that finished it measured them. A run writes what its pieces took into its
+own folder (``costs.json``); `merge_costs` folds that into the committed file, so a test run never rewrites a
+tracked file unless asked. A piece with no recorded cost on a kind takes its stated guess (`Piece.guess_s`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pitfalls.gpu_run.plan import DONE, FAILED, STOPPED, Entry, Piece
+from pitfalls_asv_main import atomic_write
+
+__all__ = ["HEADROOM", "RUN_COSTS", "Costs", "merge_costs", "run_costs"]
+
+# A recorded cost is a single run's seconds: the schedule expects a little more, so that an ordinary slower run
+# is not stopped at the budget's edge.
+HEADROOM = 1.2
+# The run's own record of what its pieces took, in its output folder.
+RUN_COSTS = "costs.json"
+
+
+class Costs:
+    """The recorded seconds of every piece, per device kind.
+
+    Args:
+        recorded: kind -> piece name -> seconds.
+    """
+
+    def __init__(self, recorded: Mapping[str, Mapping[str, float]] | None = None) -> None:
+        self.recorded = {kind: dict(pieces) for kind, pieces in (recorded or {}).items()}
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str]) -> Costs:
+        """The cost file at ``path`` (no file: nothing recorded).
+
+        Raises:
+            ValueError: the file is not a cost file (one line naming it).
+        """
+        file = Path(path)
+        if not file.exists():
+            return cls()
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+            kinds = data["kinds"]
+            return cls({str(kind): {str(name): float(s) for name, s in pieces.items()}
+                        for kind, pieces in kinds.items()})
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise ValueError(f"{file} is not a cost file ({{\"kinds\": {{KIND: {{PIECE: SECONDS}}}}}}): "
+                             f"{type(error).__name__}: {error}") from None
+
+    def cost(self, piece: Piece, kind: str, device: str) -> tuple[float, str]:
+        """The seconds to expect of ``piece`` on ``kind`` (recorded, with `HEADROOM`), else its guess for ``device``.
+
+        Returns:
+            (seconds, where they came from).
+        """
+        seconds = self.recorded.get(kind, {}).get(piece.name)
+        if seconds is not None:
+            return seconds * HEADROOM, f"recorded on {kind}"
+        device_type = device.split(":")[0]
+        if device_type not in piece.guess_s:
+            raise ValueError(f"piece {piece.name!r} has no guess for device {device!r}; it has: "
+                             f"{', '.join(piece.guess_s)}")
+        return float(piece.guess_s[device_type]), "guess"
+
+    def write(self, path: str | os.PathLike[str]) -> None:
+        """Write the file (sorted, whole, renamed into place)."""
+        data = {"about": "seconds each piece of scripts/gpu-run took, per device kind, as the last run that finished "
+                         "it measured (merged by `scripts/gpu-run merge`, never written by hand)",
+                "kinds": {kind: dict(sorted(pieces.items())) for kind, pieces in sorted(self.recorded.items())}}
+        text = json.dumps(data, indent=2) + "\n"
+        atomic_write(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def run_costs(kind: str, entries: Iterable[Entry]) -> dict[str, Any]:
+    """A run's own record of what its pieces took: done and failed pieces as measured; a piece the budget stopped
+    as at least the seconds it ran (it needs more)."""
+    pieces: dict[str, Any] = {}
+    for entry in entries:
+        if entry.status in (DONE, FAILED):
+            pieces[entry.name] = {"seconds": round(entry.seconds, 1), "status": entry.status}
+        elif entry.status == STOPPED:
+            pieces[entry.name] = {"seconds": round(entry.seconds, 1), "status": entry.status, "at_least": True}
+    return {"kind": kind, "pieces": pieces}
+
+
+def merge_costs(run_file: str | os.PathLike[str], cost_file: str | os.PathLike[str]) -> list[str]:
+    """Fold a run's ``costs.json`` into the cost file: a measured cost replaces the recorded one; a stopped piece's
+    seconds replace it only when larger (they are a lower bound).
+
+    Returns:
+        The names of the pieces whose cost changed.
+
+    Raises:
+        ValueError: either file is not what it should be (one line).
+    """
+    try:
+        run = json.loads(Path(run_file).read_text(encoding="utf-8"))
+        kind, pieces = str(run["kind"]), dict(run["pieces"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{run_file} is not a run's {RUN_COSTS}: {type(error).__name__}: {error}") from None
+    costs = Costs.read(cost_file)
+    recorded = costs.recorded.setdefault(kind, {})
+    changed = []
+    for name, took in pieces.items():
+        seconds = float(took["seconds"])
+        if took.get("at_least") and recorded.get(name, 0.0) >= seconds:
+            continue
+        if recorded.get(name) != seconds:
+            recorded[name] = seconds
+            changed.append(name)
+    costs.write(cost_file)
+    return changed

@@ -1,0 +1,177 @@
+"""`scripts/gpu-run OUT --budget SECONDS`: the GPU work in a fixed priority order, never a piece it cannot finish.
+
+The run reads the machine once, plans every piece with its cost (recorded for this device kind, else its stated
+guess), then runs them in order, each in its own process, each only when its cost fits the time left. After every
+piece it rewrites its files, so a run stopped from outside keeps everything finished:
+
+- ``plan.json``: the pieces in order with their costs, as planned at the start;
+- ``run.json``: what happened to each piece so far (status, expected and real seconds, the time left);
+- ``costs.json``: what each piece took, for `pitfalls.gpu_run.costs.merge_costs`;
+- ``figures.json`` and ``report.md``: every piece's figures; ``results/``: the asv slices' merged results;
+- ``--archive FILE``: all of it packed into one file (a lent machine gives back a handful of files).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pitfalls.gpu_run import report
+from pitfalls.gpu_run.archive import pack
+from pitfalls.gpu_run.costs import RUN_COSTS, Costs, merge_costs, run_costs
+from pitfalls.gpu_run.pieces import FACTS, PIECES
+from pitfalls.gpu_run.plan import (
+    DONE,
+    MARGIN_S,
+    NOT_SELECTED,
+    OVER_BUDGET,
+    Entry,
+    Launcher,
+    Piece,
+    launch,
+    schedule,
+)
+from pitfalls_asv_main import atomic_write
+
+__all__ = ["ROOT", "RunOptions", "device_kind", "run"]
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _write_json(path: Path, data: Any) -> None:
+    text = json.dumps(data, indent=2, default=str) + "\n"
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def device_kind(device: str, machine: str) -> str:
+    """The cost file's kind: "cpu" for every CPU run (the same sizes on machines of this project's kind), the GPU
+    machine's name on a GPU (an H200 and an A10G take different times)."""
+    return "cpu" if device == "cpu" else machine
+
+
+def _facts(device: str, budget_s: float, root: Path) -> dict[str, Any]:
+    from pitfalls import runner
+    from pitfalls.runner.worktree import head_commit
+
+    hardware = runner.hardware(sys.executable, device)  # in a child: this process never touches CUDA
+    machine = os.environ.get("PITFALLS_MACHINE") or runner.machine_name(hardware)
+    try:
+        commit: str | None = head_commit(root)
+    except Exception as error:  # noqa: BLE001 - no checkout: the run says so, the asv slices fail with it
+        commit = f"unknown ({type(error).__name__}: {error})"
+    return {"device": device, "machine": machine, "kind": device_kind(device, machine), "budget_s": budget_s,
+            "date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": commit, "python": platform.python_version(),
+            "hardware": hardware, "root": str(root)}
+
+
+def _child_launcher(out: Path) -> Launcher:
+    def run_child(piece: Piece, timeout_s: float) -> tuple[int | None, bool]:
+        command = piece.command or (sys.executable, "-m", "pitfalls.gpu_run", "piece", piece.name, str(out))
+        log = out / "logs" / (piece.name.replace(" ", "_").replace("/", "_") + ".log")
+        return launch(command, timeout_s, log, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    return run_child
+
+
+def _say(entry: Entry) -> None:
+    took = f" in {entry.seconds:.0f} s" if entry.started else ""
+    note = f" ({entry.reason})" if entry.reason and entry.status != OVER_BUDGET else ""
+    print(f"gpu-run: {entry.name}: {entry.reason if entry.status == OVER_BUDGET else entry.status + took}{note} "
+          f"[expected {entry.cost_s:.0f} s, {entry.cost_from}; {max(entry.left_s, 0):.0f} s were left]",
+          file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run.
+
+    Attributes:
+        budget_s: seconds for the whole run (a piece started in time may run ``margin_s`` past it).
+        device: "cuda" or "cpu" (a rehearsal at small sizes).
+        costs_file: the committed cost file read for the plan.
+        archive: pack the run into this file after every piece (None: do not pack).
+        only: run these pieces alone (names); every piece when empty.
+        record_costs: fold what the pieces took into ``costs_file`` at the end.
+        pieces: the pieces, in priority order (tests plant their own).
+        clock: seconds, monotonic (tests plant a fake).
+        launcher: runs a piece (tests plant a fake); None runs each in its own process.
+        margin_s: seconds a piece may run past the budget before it is stopped.
+    """
+
+    budget_s: float
+    device: str
+    costs_file: Path
+    archive: Path | None = None
+    only: tuple[str, ...] = ()
+    record_costs: bool = False
+    pieces: tuple[Piece, ...] = PIECES
+    clock: Callable[[], float] = time.monotonic
+    launcher: Launcher | None = None
+    margin_s: float = MARGIN_S
+
+
+def unknown_pieces(only: Sequence[str], pieces: Sequence[Piece] = PIECES) -> list[str]:
+    """The names in ``only`` that are no piece of the run."""
+    names = {piece.name for piece in pieces}
+    return [name for name in only if name not in names]
+
+
+def run(out: Path, options: RunOptions, root: Path = ROOT) -> int:
+    """Run the pieces into ``out`` (a new or empty folder); returns 0 when every piece run is done, else 1.
+
+    Raises:
+        ValueError: ``out`` holds files, an unknown piece in ``only``, or a cost file that is not one.
+    """
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"{out} is not an empty folder: a run writes into a folder of its own")
+    unknown = unknown_pieces(options.only, options.pieces)
+    if unknown:
+        names = ", ".join(p.name for p in options.pieces)
+        raise ValueError(f"no such piece: {', '.join(unknown)} (choose from {names})")
+    costs = Costs.read(options.costs_file)
+    out.mkdir(parents=True, exist_ok=True)
+    facts = _facts(options.device, options.budget_s, root)
+    _write_json(out / FACTS, facts)
+    kind = facts["kind"]
+
+    def cost(piece: Piece) -> tuple[float, str]:
+        return costs.cost(piece, kind, options.device)
+
+    _write_json(out / "plan.json", {**facts, "pieces": [
+        {"name": p.name, "group": p.group, "title": p.title, "cost_s": round(cost(p)[0], 1), "from": cost(p)[1]}
+        for p in options.pieces]})
+    began = options.clock()
+    entries: list[Entry] = []
+
+    def save(seconds: float | None) -> None:
+        _write_json(out / "run.json", {**facts, "seconds": seconds, "pieces": [e.as_json() for e in entries]})
+        _write_json(out / RUN_COSTS, run_costs(kind, entries))
+        data = report.figures(options.pieces, entries, out, facts, seconds)
+        _write_json(out / "figures.json", data)
+        text = report.render(data, entries, options.pieces)
+        atomic_write(out / "report.md", lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        if options.archive is not None:
+            pack(out, options.archive)
+
+    def on_entry(entry: Entry) -> None:
+        entries.append(entry)
+        _say(entry)
+        save(None)
+
+    save(None)
+    schedule(options.pieces, budget_s=options.budget_s, cost=cost, launch=options.launcher or _child_launcher(out),
+             clock=options.clock, on_entry=on_entry,
+             selected=lambda piece: not options.only or piece.name in options.only, margin_s=options.margin_s)
+    save(round(options.clock() - began, 1))
+    print("\n".join(["gpu-run: summary", *report.summary_lines(entries)]), file=sys.stderr, flush=True)
+    if options.record_costs:
+        changed = merge_costs(out / RUN_COSTS, options.costs_file)
+        print(f"gpu-run: {len(changed)} cost(s) recorded in {options.costs_file}", file=sys.stderr)
+    return 0 if all(e.status in (DONE, OVER_BUDGET, NOT_SELECTED) for e in entries) else 1
