@@ -16,6 +16,11 @@ computes from host tensors alone. A `torch.device` object is taken for the progr
 live on the program's device. The hazard rules read this where the device alone cannot tell on a CPU run: a copy
 or `.item()` of a host tensor makes no sync, and `x[mask] = v` with a host-made one-element value takes ATen's
 `masked_fill_` path (see `pitfalls.probes.syncs`).
+
+Provenance outlives one counted region when the caller keeps it: `keep_provenance` records it, counting nothing,
+while a step warms up, and a counter given the same `Provenance` reads it. A tensor a step makes on the host and
+keeps (the `state["step"]` of Adam and AdamW, a `torch.tensor(0.0, device="cpu")` made at their first step unless
+`capturable` or `fused`) is then still host-made when later steps are counted, and reading it is no sync.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["HostCopyMode", "Provenance"]
+__all__ = ["HostCopyMode", "Provenance", "eager_stance", "keep_provenance"]
 
 # Factories that make a tensor from Python data or a size: on the host unless given a device.
 _FACTORIES = frozenset(
@@ -52,6 +57,15 @@ NUMPY_LABEL = "Tensor.numpy (of a device tensor: a TypeError on CUDA)"
 def _is_host_target(device: object) -> bool:
     # Only the string names the host for sure; a torch.device object is usually the program's own device.
     return isinstance(device, str) and torch.device(device).type == "cpu"
+
+
+def _to_non_blocking(args: tuple, kwargs: dict[str, Any]) -> bool:
+    """`Tensor.to`'s non_blocking: every form takes it as the first bool after the device, dtype or tensor, and
+    `copy` as the second (torch's own `_parse_to` refuses `copy`, so it cannot read a call that passes it)."""
+    if "non_blocking" in kwargs:
+        return bool(kwargs["non_blocking"])
+    flags = [arg for arg in args[1:] if isinstance(arg, bool)]
+    return bool(flags[0]) if flags else False
 
 
 class Provenance:
@@ -149,7 +163,7 @@ class HostCopyMode(TorchFunctionMode):
                 to_host = False  # taken for the program's device
             else:
                 return None, not from_device  # a dtype: the tensor stays where it is
-            non_blocking = torch._C._nn._parse_to(*args[1:], **kwargs)[2]
+            non_blocking = _to_non_blocking(args, kwargs)
             if to_host:
                 return ("Tensor.to (device to host)" if from_device and not non_blocking else None), True
             # Host data to the device: blocking unless non_blocking (which CUDA's sync debug mode never flags, even
@@ -196,3 +210,34 @@ class HostCopyMode(TorchFunctionMode):
         elif provenance.all_on_host((args, kwargs)):
             provenance.add(out)
         return out
+
+
+def eager_stance() -> contextlib.AbstractContextManager[object]:
+    """Run torch.compile'd code eagerly inside the block (`torch.compiler.set_stance("force_eager")`).
+
+    Dynamo does not compile under a non-infra mode, so while a mode of this package is on, compiled code runs as the
+    eager program it counts; torch without `set_stance` (before 2.6) gets a block that changes nothing.
+    """
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
+
+
+def _ignore(_label: str) -> None:
+    return None
+
+
+@contextlib.contextmanager
+def keep_provenance(provenance: Provenance) -> Iterator[Provenance]:
+    """Record which tensors made inside the block are host-made, into `provenance`, counting nothing.
+
+    Compiled code runs eagerly inside (see `eager_stance`). Give the same `provenance` to the counter of the calls
+    that follow (`SyncHazardCounter(provenance=...)`), so what a warm-up call made on the host stays host-made.
+
+    Args:
+        provenance: where the host-made tensors are recorded; it may already hold some.
+
+    Returns:
+        A context manager that yields `provenance`.
+    """
+    with eager_stance(), HostCopyMode(provenance, _ignore):
+        yield provenance

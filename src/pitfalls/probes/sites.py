@@ -36,6 +36,7 @@ from types import FrameType
 
 import torch
 
+from pitfalls.probes.hostcopy import Provenance
 from pitfalls.probes.syncs import HazardCounts, SyncHazardCounter
 from pitfalls.rewrites import HazardKind, describe
 
@@ -281,13 +282,15 @@ class HazardLocator:
 
     Args:
         label_ranges: also wrap each hazard call in a profiler range, as `SyncHazardCounter` does.
+        provenance: the host-made tensors known so far, as `SyncHazardCounter` takes them.
 
     Use `.result` after the block. Autograd anomaly mode (without its NaN check) is on inside the block, so
     that backward hazards can be traced to their forward line; it costs time, not syncs.
     """
 
-    def __init__(self, *, label_ranges: bool = False) -> None:
+    def __init__(self, *, label_ranges: bool = False, provenance: Provenance | None = None) -> None:
         self._label_ranges = bool(label_ranges)
+        self._provenance = provenance
         self._sites: Counter[tuple[str, _Key | None, bool, tuple[_Key, ...]]] = Counter()
         self._counter: SyncHazardCounter | None = None
         self._stack: contextlib.ExitStack | None = None
@@ -298,7 +301,8 @@ class HazardLocator:
             # set_detect_anomaly switches the mode on when built, and back to the previous mode on exit.
             stack.enter_context(torch.autograd.set_detect_anomaly(True, check_nan=False))
             self._counter = stack.enter_context(
-                SyncHazardCounter(label_ranges=self._label_ranges, on_hazard=self._record)
+                SyncHazardCounter(label_ranges=self._label_ranges, on_hazard=self._record,
+                                  provenance=self._provenance)
             )
             self._stack = stack.pop_all()  # both stay on past this block; a failure above undoes the first
         return self
