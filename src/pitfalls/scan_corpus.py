@@ -18,7 +18,7 @@ come from what CUDA does, read in ATen's source and PyTorch's docs, not from wha
 - copies the other way wait too: CUDA's copy kernel ends a copy without `non_blocking` with `memcpy_and_sync`
   whichever way it goes, so `.to(device)` of a host tensor and `torch.tensor(data, device=...)` (made on the host,
   then copied) are 1 each (PyTorch issues 120996, 190217), `non_blocking=True` 0 (the sync debug mode never flags
-  it); `torch.full(..., device=...)` fills on the device: 0;
+  it), and what arrives is device data: its `nonzero` is 1; `torch.full(..., device=...)` fills on the device: 0;
 - writing a Python number: one element, `y[3] = 0.0`, is a copy of a host scalar into a one-element view: 1 (PyTorch
   pull request 186482); a slice, `y[:4] = 0.0`, takes `fill_`: 0; a host tensor into a slice is a copy: 1; through
   integer indices, `y[idx] = 0.0`, `_index_put_impl_` copies the host scalar to the device first: 1 (pull request
@@ -271,6 +271,10 @@ def to_device_non_blocking(d: SimpleNamespace) -> object:
     return torch.arange(4).to(d.x.device, non_blocking=True)
 
 
+def to_device_then_nonzero(d: SimpleNamespace) -> object:
+    return torch.nonzero(torch.arange(4).to(d.x.device, non_blocking=True))
+
+
 def tensor_on_device(d: SimpleNamespace) -> object:
     return torch.tensor([1.0, 2.0], device=d.x.device)
 
@@ -441,6 +445,7 @@ CORPUS: tuple[Construct, ...] = (
     Construct(tolist, 1),
     Construct(to_device, 1),
     Construct(to_device_non_blocking, 0),
+    Construct(to_device_then_nonzero, 1),
     Construct(tensor_on_device, 1),
     Construct(full_on_device, 0),
     Construct(element_write_scalar, 1),

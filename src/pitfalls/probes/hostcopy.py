@@ -52,6 +52,8 @@ _ALWAYS_HOST = frozenset({torch.from_numpy, torch.Tensor.cpu})
 _FORMATTING = {torch.Tensor.__format__: "Tensor.__format__", torch.Tensor.__repr__: "Tensor.__repr__"}
 _SETTERS = frozenset({torch.Tensor.__setitem__, torch.Tensor.index_put_, torch.Tensor.index_put, torch.index_put})
 NUMPY_LABEL = "Tensor.numpy (of a device tensor: a TypeError on CUDA)"
+# Where a copy's result lives in the CUDA program (`HostCopyMode._copy_label`).
+_HOST, _DEVICE = "host", "device"
 
 
 def _is_host_target(device: object) -> bool:
@@ -140,17 +142,17 @@ class HostCopyMode(TorchFunctionMode):
             return None  # device data: a copy on the device, or none at all
         return f"torch.{func.__name__} (host to device)"
 
-    def _copy_label(self, func: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[str | None, bool]:
-        """The label of the blocking copy between host and device this call is (or None), and whether its result
-        is on the host."""
+    def _copy_label(self, func: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[str | None, str | None]:
+        """The label of the blocking copy between host and device this call is (or None), and where its result
+        is: `_HOST`, `_DEVICE` (a copy to the device), or None (the other rules tell)."""
         if func in _FROM_DATA:
-            return self._from_data_label(func, args, kwargs), False
+            return self._from_data_label(func, args, kwargs), None
         src = args[0] if args else None
         if not isinstance(src, torch.Tensor) or src.device.type == "meta":
-            return None, False
+            return None, None
         from_device = not self._provenance.on_host(src)
         if func is torch.Tensor.cpu:
-            return ("Tensor.cpu (device to host)" if from_device else None), True
+            return ("Tensor.cpu (device to host)" if from_device else None), _HOST
         if func is torch.Tensor.to:
             target = args[1] if len(args) > 1 else kwargs.get("device", kwargs.get("other"))
             if isinstance(target, torch.Tensor):
@@ -159,25 +161,25 @@ class HostCopyMode(TorchFunctionMode):
                 to_host = _is_host_target(target)
             elif isinstance(target, torch.device):
                 if target.type == "cpu" and src.device.type != "cpu":
-                    return None, True  # on an accelerator the dispatch rules see the real copy to the host
+                    return None, _HOST  # on an accelerator the dispatch rules see the real copy to the host
                 to_host = False  # taken for the program's device
             else:
-                return None, not from_device  # a dtype: the tensor stays where it is
+                return None, (None if from_device else _HOST)  # a dtype: the tensor stays where it is
             non_blocking = _to_non_blocking(args, kwargs)
             if to_host:
-                return ("Tensor.to (device to host)" if from_device and not non_blocking else None), True
+                return ("Tensor.to (device to host)" if from_device and not non_blocking else None), _HOST
             # Host data to the device: blocking unless non_blocking (which CUDA's sync debug mode never flags, even
             # from pageable memory, where the driver stages the copy).
-            return ("Tensor.to (host to device)" if not from_device and not non_blocking else None), False
+            return ("Tensor.to (host to device)" if not from_device and not non_blocking else None), _DEVICE
         if not from_device or src.numel() == 0:
-            return None, False
+            return None, None
         if func is torch.Tensor.tolist:
-            return "Tensor.tolist (device to host)", False
+            return "Tensor.tolist (device to host)", None
         if func is torch.Tensor.numpy:
-            return NUMPY_LABEL, False
+            return NUMPY_LABEL, None
         if func in _FORMATTING:
-            return f"{_FORMATTING[func]} (device to host)", False
-        return None, False
+            return f"{_FORMATTING[func]} (device to host)", None
+        return None, None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 (torch's protocol)
         kwargs = kwargs or {}
@@ -190,19 +192,25 @@ class HostCopyMode(TorchFunctionMode):
                 return func(*args, **kwargs)
             finally:
                 provenance.setitem_value_on_host.pop()
-        label, result_on_host = self._copy_label(func, args, kwargs)
+        label, where = self._copy_label(func, args, kwargs)
         if label is not None:
             self._on_copy(label)
             with provenance.quieted():
                 out = func(*args, **kwargs)
         else:
             out = func(*args, **kwargs)
-        if result_on_host or func in _ALWAYS_HOST:
-            if isinstance(out, torch.Tensor) and args and out is args[0]:
+        same = isinstance(out, torch.Tensor) and bool(args) and out is args[0]
+        if where == _HOST or func in _ALWAYS_HOST:
+            if same:
                 # On a CPU run `.cpu()` returns the tensor itself, but in the CUDA program the copy is another
                 # tensor: hand back an alias, so the copy is host-made and the source stays device data.
                 out = out.view_as(out)
             provenance.add(out)
+        elif where == _DEVICE:
+            if same and provenance.on_host(out):
+                # The other way: `.to(device)` of host data returns it on a CPU run, where the CUDA program holds a
+                # copy on the device; the alias is that copy, and the host tensor stays host-made.
+                out = out.view_as(out)
         elif func in _FACTORIES:
             device = kwargs.get("device")
             if device is None or _is_host_target(device):

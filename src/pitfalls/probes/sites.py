@@ -1,7 +1,7 @@
 """Where each sync hazard is written: the user's source line of every hazard a `SyncHazardCounter` sees.
 
 A hazard's line is the innermost Python frame, at dispatch time, that lies outside torch and outside the suite's
-measuring machinery (this package, the scan command, the test guard, the command line). The suite's family
+measuring machinery (this package, the doctor, the scan command, the test guard, the command line). The suite's family
 modules count as user code, so a scan of a family's variant names lines of that family's module.
 
 Backward ops run inside the autograd engine, where the Python stack shows only the `loss.backward()` call (or,
@@ -45,7 +45,7 @@ __all__ = ["CallSite", "HazardLocator", "HazardSite", "LocatedHazards", "SourceL
 _TORCH_DIR = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
 # The measuring machinery: its frames sit between the user's code and torch and are never the answer.
-_MACHINERY_DIRS = (str(_PACKAGE_DIR / "probes") + os.sep,)
+_MACHINERY_DIRS = (str(_PACKAGE_DIR / "probes") + os.sep, str(_PACKAGE_DIR / "doctor") + os.sep)
 _MACHINERY_FILES = frozenset(
     str(_PACKAGE_DIR / name) for name in ("scan.py", "targets.py", "guard.py", "pytest_plugin.py", "cli.py")
 )
