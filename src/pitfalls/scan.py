@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pitfalls._checks import check_int_at_least
+from pitfalls.argtypes import positive
 from pitfalls.probes.hostcopy import Provenance, keep_provenance
 from pitfalls.probes.sites import CallSite, HazardLocator, HazardSite
 from pitfalls.probes.syncs import HazardCounts
@@ -241,16 +242,6 @@ def cmd_scan(args: argparse.Namespace, console: Console) -> int:
     return 1 if args.fail_on_hazards and report.sites else 0
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an int") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not allowed; it must be 1 or more")
-    return value
-
-
 def register(commands: Any) -> None:
     """Add the `scan` subcommand to the command line's subparsers."""
     parser = commands.add_parser(
@@ -269,7 +260,7 @@ def register(commands: Any) -> None:
         ),
     )
     parser.add_argument("target", metavar="TARGET", help=FORMS)
-    parser.add_argument("--calls", type=_positive_int, default=DEFAULT_CALLS,
+    parser.add_argument("--calls", type=positive(int), default=DEFAULT_CALLS,
                         help=f"counted calls after the warm-up (default {DEFAULT_CALLS})")
     parser.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     parser.add_argument("--trace", metavar="PATH", help="also write a Chrome trace with the hazards as labelled ranges")

@@ -35,7 +35,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["HostCopyMode", "Provenance", "eager_stance", "keep_provenance"]
+__all__ = ["HostCopyMode", "Provenance", "eager_stance", "keep_provenance", "to_non_blocking"]
 
 # Factories that make a tensor from Python data or a size: on the host unless given a device.
 _FACTORIES = frozenset(
@@ -61,9 +61,19 @@ def _is_host_target(device: object) -> bool:
     return isinstance(device, str) and torch.device(device).type == "cpu"
 
 
-def _to_non_blocking(args: tuple, kwargs: dict[str, Any]) -> bool:
-    """`Tensor.to`'s non_blocking: every form takes it as the first bool after the device, dtype or tensor, and
-    `copy` as the second (torch's own `_parse_to` refuses `copy`, so it cannot read a call that passes it)."""
+def to_non_blocking(args: tuple, kwargs: dict[str, Any]) -> bool:
+    """The non_blocking argument of a copy call: `Tensor.to`, `Tensor.cuda`, `Tensor.copy_`.
+
+    Every form takes it as the first bool after the device, dtype, tensor or source (`Tensor.to` takes `copy` as the
+    second; torch's own `_parse_to` refuses `copy`, so it cannot read a call that passes it).
+
+    Args:
+        args: the call's positional arguments, the tensor first.
+        kwargs: its keyword arguments.
+
+    Returns:
+        Whether the copy was asked not to block.
+    """
     if "non_blocking" in kwargs:
         return bool(kwargs["non_blocking"])
     flags = [arg for arg in args[1:] if isinstance(arg, bool)]
@@ -165,7 +175,7 @@ class HostCopyMode(TorchFunctionMode):
                 to_host = False  # taken for the program's device
             else:
                 return None, (None if from_device else _HOST)  # a dtype: the tensor stays where it is
-            non_blocking = _to_non_blocking(args, kwargs)
+            non_blocking = to_non_blocking(args, kwargs)
             if to_host:
                 return ("Tensor.to (device to host)" if from_device and not non_blocking else None), _HOST
             # Host data to the device: blocking unless non_blocking (which CUDA's sync debug mode never flags, even

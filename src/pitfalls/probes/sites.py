@@ -40,7 +40,10 @@ from pitfalls.probes.hostcopy import Provenance
 from pitfalls.probes.syncs import HazardCounts, SyncHazardCounter
 from pitfalls.rewrites import HazardKind, describe
 
-__all__ = ["CallSite", "HazardLocator", "HazardSite", "LocatedHazards", "SourceLine", "is_user_file"]
+__all__ = [
+    "CallSite", "HazardLocator", "HazardSite", "LocatedHazards", "SourceLine", "is_user_file", "locate_dispatch",
+    "locate_dispatch_stack", "source_line",
+]
 
 _TORCH_DIR = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
@@ -177,7 +180,8 @@ class LocatedHazards:
         return self.counts.total
 
 
-def _source_line(key: _Key | None) -> SourceLine | None:
+def source_line(key: tuple[str, int, str] | None) -> SourceLine | None:
+    """The `SourceLine` of a (path, line, function) key, as `locate_dispatch` gives it; None for None."""
     if key is None:
         return None
     path, lineno, function = key
@@ -258,9 +262,14 @@ def locate_dispatch() -> tuple[_Key | None, bool]:
     return key, in_backward
 
 
-def locate_dispatch_stack() -> tuple[_Key | None, tuple[_Key, ...], bool]:
-    """The user's line of the op being dispatched now, the user frames that called it, and whether in backward."""
-    frame = inspect.currentframe()
+def locate_dispatch_stack(start: FrameType | None = None) -> tuple[_Key | None, tuple[_Key, ...], bool]:
+    """The user's line of the op being dispatched now, the user frames that called it, and whether in backward.
+
+    Args:
+        start: the frame to look outwards from (None: this call's); a caller that runs inside other Python machinery
+            (the warnings module, for a warning raised by an op) passes the frame above that machinery.
+    """
+    frame = start if start is not None else inspect.currentframe()
     try:
         key, callers, passed_engine = _stack_frames(frame)
     finally:
@@ -325,10 +334,10 @@ class HazardLocator:
         sites = []
         for (label, key, in_backward), chains in grouped.items():
             call_sites = tuple(
-                CallSite(tuple(line for line in map(_source_line, chain) if line is not None), n)
+                CallSite(tuple(line for line in map(source_line, chain) if line is not None), n)
                 for chain, n in sorted(chains.items(), key=lambda item: (-item[1], item[0]))
             )
-            sites.append(HazardSite(label, _source_line(key), in_backward, sum(chains.values()), call_sites))
+            sites.append(HazardSite(label, source_line(key), in_backward, sum(chains.values()), call_sites))
         sites.sort(key=lambda s: (-s.count, s.line.path if s.line else "", s.line.lineno if s.line else 0, s.label))
         counts = self._counter.result if self._counter is not None else HazardCounts()
         return LocatedHazards(sites=tuple(sites), counts=counts)
