@@ -129,3 +129,62 @@ def test_python_m_pitfalls_doctor_runs_the_script_as_main_with_its_arguments(tmp
     data = json.loads(done.stdout)
     assert data["argv"] == ["--lr", "1e-3"] and data["steps"]["total"] == 4
     assert data["ended"] == "stopped: its 4 steps are done"
+
+
+def test_real_syncs_are_counted_at_the_line_that_warned_and_other_warnings_pass_on():
+    import warnings
+
+    from fakes import FakeCuda
+
+    from pitfalls.doctor.gpu import RealSyncs
+    from pitfalls.probes.syncs import CUDA_SYNC_WARNING
+
+    fake = FakeCuda()
+    passed: list[str] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda message, *_args, **_kwargs: passed.append(str(message))
+        with RealSyncs(cuda=fake) as real:
+            assert fake.mode == 1
+            for _ in range(2):
+                warnings.warn(f"{CUDA_SYNC_WARNING} (the first line)", UserWarning, stacklevel=1)  # 2 a step, 2 steps
+            warnings.warn(f"{CUDA_SYNC_WARNING} (the second line)", UserWarning, stacklevel=1)
+            warnings.warn("a warning of the script's own", UserWarning, stacklevel=1)
+        assert fake.mode == 0  # the mode it found is back
+    here = line_of(Path(__file__), "(the first line)\", UserWarning, stacklevel=1)")
+    lines = real.per_line(steps=2)
+    assert lines[(__file__, here)][0] == 1.0 and lines[(__file__, here + 1)][0] == 0.5
+    assert passed == ["a warning of the script's own"]
+
+
+def test_the_gpu_phase_runs_and_reaches_the_report_with_cuda_faked(monkeypatch, tmp_path):
+    # The GPU branch cannot run on a CPU; with torch.cuda's calls faked, its plumbing can: a phase of S more steps
+    # under RealSyncs, the per-line rows, the agreement, the bandwidth cells and the costs it gives the findings.
+    import torch
+    from fakes import FakeCuda
+
+    from pitfalls.doctor import gpu, phases
+    from pitfalls.doctor import run as run_module
+    from pitfalls.doctor.copies import DEVICE_TO_HOST, HOST_TO_DEVICE
+
+    fake = FakeCuda()
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", fake.synchronize)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: None)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 1 << 20)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(phases, "RealSyncs", lambda clock: gpu.RealSyncs(clock, cuda=fake))
+    rates = tuple((d, p, 10e9 if p else 5e9) for d in (HOST_TO_DEVICE, DEVICE_TO_HOST) for p in (False, True))
+    monkeypatch.setattr(run_module, "copy_bandwidth", lambda device: gpu.Bandwidth(str(device), rates))
+    path = EXAMPLES / "loader_only.py"
+    report = run_doctor(path, [str(tmp_path / "marker")], QUICK)
+    assert report.steps.gpu == 5 and report.steps.total == 15
+    assert report.memory.source == "CUDA allocator" and report.memory.peak_bytes == 1 << 20
+    line = line_of(path, "total += values.to(device).sum().item()")
+    (row,) = [r for r in report.real_syncs if r.line == line]
+    assert (row.real_per_step, row.hazards_per_step) == (0.0, 2.0)  # nothing really synced on the CPU
+    assert report.syncs_agree is False
+    assert dict(report.bandwidth)["host to device, pinned"] == 10.0
+    syncs = report.finding_at("sync", str(path), line)
+    assert syncs and all(f.ms_per_step == 0.0 and f.cost.startswith("measured") for f in syncs)
+    assert not any("no GPU" in line for line in report.not_measured)

@@ -21,7 +21,7 @@ from pitfalls.doctor.compiles import GraphBreakSite, Recompile
 from pitfalls.doctor.copies import HOST_TO_DEVICE, CopySite
 from pitfalls.doctor.gpu import Bandwidth
 from pitfalls.doctor.phases import Timed
-from pitfalls.doctor.report import NOT_MEASURED_NO_GPU, CopyRow, Finding, LoaderFigures
+from pitfalls.doctor.report import CopyRow, Finding, LoaderFigures
 from pitfalls.families.loader.verdict import Verdict
 from pitfalls.probes.sites import HazardSite, LocatedHazards, SourceLine
 from pitfalls.scan_loader.advice import human
@@ -33,9 +33,12 @@ __all__ = [
 ]
 
 NO_CPU_COST = "cost not measurable on a CPU"
-_LOADER_BOUND_FIX = ("load the next batches while the step runs: num_workers > 0 (now {workers}), "
-                     "persistent_workers=True, pin_memory=True with .to(device, non_blocking=True); `pitfalls "
-                     "scan-loader` times each setting on this loader")
+_NO_WORKERS_FIX = ("load the next batches while the step runs: DataLoader(num_workers > 0, "
+                   "persistent_workers=True, pin_memory=True) with .to(device, non_blocking=True); `pitfalls "
+                   "scan-loader` times each setting on this loader")
+_WORKERS_FIX = ("its {workers} workers do not keep up: more workers (up to the cores), less work per item (decode "
+                "and resize once, before training), smaller dtypes; `pitfalls scan-loader` times each setting on this "
+                "loader")
 _STEP_BOUND_FIX = "nothing to change here: the loader keeps up with the step (step-bound)"
 _RECOMPILE_FIX = ("give the changing size one value (pad or drop the last partial batch), or compile it dynamic: "
                   "torch._dynamo.mark_dynamic(x, dim) or torch.compile(..., dynamic=True)")
@@ -74,7 +77,8 @@ def loader_finding(figures: LoaderFigures, line: SourceLine | None) -> Finding:
               f"the step): {figures.verdict}",
         path=path, line=lineno, code=code, per_step=figures.batches_per_step, call_sites=(),
         ms_per_step=figures.ms_per_step, cost="measured: the wait in next() over the timed steps",
-        fix=_LOADER_BOUND_FIX.format(workers=figures.workers) if bound else _STEP_BOUND_FIX,
+        fix=(_STEP_BOUND_FIX if not bound else _WORKERS_FIX.format(workers=figures.workers) if figures.workers
+             else _NO_WORKERS_FIX),
     )
 
 
@@ -131,8 +135,9 @@ def copy_rows(copies: Sequence[CopySite], steps: int) -> tuple[CopyRow, ...]:
     )
 
 
-def copy_findings(copies: Sequence[CopySite], steps: int, bandwidth: Bandwidth | None) -> list[Finding]:
-    """Each non-blocking copy as a finding (a blocking one is a sync, found by the hazard counter)."""
+def copy_findings(copies: Sequence[CopySite], steps: int, bandwidth: Bandwidth | None, no_gpu: str) -> list[Finding]:
+    """Each non-blocking copy as a finding (a blocking one is a sync, found by the hazard counter); ``no_gpu`` says
+    why its cost is not measured when ``bandwidth`` is None."""
     found = []
     for site in copies:
         if site.blocking or steps == 0:
@@ -141,7 +146,7 @@ def copy_findings(copies: Sequence[CopySite], steps: int, bandwidth: Bandwidth |
         per_step = site.bytes / steps
         memory = "pinned" if site.pinned else "pageable"
         if bandwidth is None:
-            ms, cost = None, NOT_MEASURED_NO_GPU
+            ms, cost = None, f"not measured: {no_gpu}"
         else:
             ms = per_step / bandwidth.rate(site.direction, site.pinned) * 1e3
             cost = f"estimated: bytes over the {memory} {site.direction} bandwidth measured on the device"
@@ -188,7 +193,7 @@ def compile_findings(breaks: Sequence[GraphBreakSite], recompiles: Sequence[Reco
 
 
 def memory_findings(anatomy: Anatomy | None, batches_per_step: float, line: SourceLine | None,
-                    bandwidth: Bandwidth | None) -> list[Finding]:
+                    bandwidth: Bandwidth | None, no_gpu: str) -> list[Finding]:
     """The batch's bytes against its smallest lossless dtypes, when they are fewer."""
     if anatomy is None or anatomy.bytes_if_smaller >= anatomy.bytes_per_batch:
         return []
@@ -197,7 +202,7 @@ def memory_findings(anatomy: Anatomy | None, batches_per_step: float, line: Sour
     changes = ", ".join(f"{t.path} {t.dtype} -> {t.smaller_dtype}" for t in anatomy.tensors
                         if t.bytes_if_smaller < t.bytes)
     if bandwidth is None:
-        ms, cost = None, NOT_MEASURED_NO_GPU
+        ms, cost = None, f"not measured: {no_gpu}"
     else:
         ms = saved / bandwidth.rate(HOST_TO_DEVICE, False) * 1e3
         cost = "estimated: the bytes saved over the pageable host-to-device bandwidth measured on the device"

@@ -79,10 +79,12 @@ class RealSyncs:
 
     Args:
         clock: seconds as a float.
+        cuda: the `torch.cuda`-like module whose sync debug mode is set (tests pass a fake); None: `torch.cuda`.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter, cuda: Any = None) -> None:
         self._clock = clock
+        self._cuda = cuda if cuda is not None else torch.cuda
         self.syncs: Counter[_Key | None] = Counter()
         self._stall = _StallMode(clock)
         self._stack: contextlib.ExitStack | None = None
@@ -106,9 +108,9 @@ class RealSyncs:
             warnings.filterwarnings("always", message=f".*{CUDA_SYNC_WARNING}")
             warnings.showwarning = self._show
             stack.enter_context(self._stall)
-            self._previous_mode = torch.cuda.get_sync_debug_mode()
-            torch.cuda.set_sync_debug_mode("warn")
-            stack.callback(torch.cuda.set_sync_debug_mode, self._previous_mode)
+            self._previous_mode = self._cuda.get_sync_debug_mode()
+            self._cuda.set_sync_debug_mode("warn")
+            stack.callback(self._cuda.set_sync_debug_mode, self._previous_mode)
             self._stack = stack.pop_all()
         return self
 

@@ -14,14 +14,14 @@ from typing import Any
 from rich.console import Console
 
 from pitfalls.doctor.render import render
-from pitfalls.doctor.report import NOT_MEASURED_NO_GPU, DoctorReport
+from pitfalls.doctor.report import DoctorReport
 
 __all__ = ["gpu_check"]
 
 
 def _real(report: DoctorReport, path: str, line: int) -> tuple[Any, Any]:
     if report.real_syncs is None:
-        return NOT_MEASURED_NO_GPU, NOT_MEASURED_NO_GPU
+        return f"not measured: {report.no_gpu}", f"not measured: {report.no_gpu}"
     for row in report.real_syncs:
         if (row.path, row.line) == (path, line):
             return row.real_per_step, round(row.stall_ms_per_step, 4)
@@ -60,10 +60,10 @@ def gpu_check(out_dir: Path, device: str) -> dict[str, Any]:
     return {
         "device": device,
         "rows": rows,
-        "agreement": (NOT_MEASURED_NO_GPU if report.syncs_agree is None else
+        "agreement": (f"not measured: {report.no_gpu}" if report.syncs_agree is None else
                       "every line's real syncs equal its hazards" if report.syncs_agree else
                       "some line's real syncs differ from its hazards"),
-        "bandwidth_gb_s": dict(report.bandwidth) if report.bandwidth else NOT_MEASURED_NO_GPU,
+        "bandwidth_gb_s": dict(report.bandwidth) if report.bandwidth else f"not measured: {report.no_gpu}",
         "loader": {"planted_ms": planted.BATCH * planted.ITEM_MS,
                    "measured_ms": None if loader is None else loader.ms_per_step,
                    "verdict": None if loader is None else loader.verdict},

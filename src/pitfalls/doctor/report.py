@@ -7,11 +7,13 @@ from typing import Any
 
 __all__ = [
     "CompileFigures", "CopyRow", "DoctorReport", "Failure", "Finding", "LoaderFigures", "MemoryFigures",
-    "NOT_MEASURED_NO_GPU", "NO_GPU", "OneOff", "RealSyncRow", "StepsDone",
+    "CPU_SCRIPT", "NOT_MEASURED_NO_GPU", "NO_GPU", "OneOff", "RealSyncRow", "StepsDone",
 ]
 
 NO_GPU = "no GPU"
 NOT_MEASURED_NO_GPU = f"not measured: {NO_GPU}"
+# Where a GPU is present but the script never initialized CUDA, its figures are not measured for that reason.
+CPU_SCRIPT = "the script used no GPU"
 KINDS = ("loader", "sync", "copy", "compile", "memory")
 
 
@@ -206,6 +208,7 @@ class DoctorReport:
         explained: the share of the median step that the measured findings explain (None: nothing timed).
         not_measured: each figure that was not measured, and why ("real syncs by line ...: no GPU").
         wall_s: the run's wall seconds.
+        no_gpu: why the GPU's figures were not measured (`NO_GPU`, `CPU_SCRIPT`), or "" when they were.
     """
 
     script: str
@@ -226,6 +229,7 @@ class DoctorReport:
     explained: float | None
     not_measured: tuple[str, ...]
     wall_s: float
+    no_gpu: str = NO_GPU
 
     def finding_at(self, kind: str, path: str, line: int) -> tuple[Finding, ...]:
         """The findings of one kind at one line."""
@@ -254,9 +258,10 @@ class DoctorReport:
                 "source": self.memory.source, "peak_bytes": self.memory.peak_bytes,
                 "per_step_bytes": self.memory.per_step_bytes, "detail": self.memory.detail},
             "copies": [vars(row) for row in self.copies],
-            "real_syncs": NOT_MEASURED_NO_GPU if self.real_syncs is None else [vars(r) for r in self.real_syncs],
+            "real_syncs": (f"not measured: {self.no_gpu}" if self.real_syncs is None
+                           else [vars(r) for r in self.real_syncs]),
             "syncs_agree": self.syncs_agree,
-            "bandwidth_gb_s": dict(self.bandwidth) if self.bandwidth else NOT_MEASURED_NO_GPU,
+            "bandwidth_gb_s": dict(self.bandwidth) if self.bandwidth else f"not measured: {self.no_gpu}",
             "one_off": [{"what": o.what, "seconds": o.seconds, "detail": o.detail} for o in self.one_off],
             "explained_share": self.explained,
             "not_measured": list(self.not_measured),

@@ -27,6 +27,7 @@ from pitfalls.doctor.options import DoctorOptions
 from pitfalls.doctor.phases import Phases
 from pitfalls.doctor.ranking import explained_share, rank
 from pitfalls.doctor.report import (
+    CPU_SCRIPT,
     NO_GPU,
     CompileFigures,
     DoctorReport,
@@ -126,14 +127,22 @@ def _real_syncs(phases: Phases, located_per_line: dict[tuple[str, int], float]) 
     )
 
 
-def _not_measured(phases: Phases, loader_seen: bool, compiled: bool, gpu: bool) -> tuple[str, ...]:
+def _no_gpu(phases: Phases, bandwidth: Bandwidth | None) -> str:
+    """Why the GPU's figures were not measured ("" when they were)."""
+    if phases.real is not None and bandwidth is not None:
+        return ""
+    # Asked only now: the run is over, and nothing of CUDA was started before the script.
+    return CPU_SCRIPT if torch.cuda.is_available() else NO_GPU
+
+
+def _not_measured(phases: Phases, loader_seen: bool, compiled: bool, no_gpu: str) -> tuple[str, ...]:
     missing = []
-    if not gpu:
+    if no_gpu:
         missing += [
-            f"real syncs by line (CUDA's sync debug mode): {NO_GPU}",
-            f"what each sync stalls the step: {NO_GPU} (the syncs are counted; their {build.NO_CPU_COST})",
-            f"copy costs (bytes over the device's bandwidth): {NO_GPU}",
-            f"the CUDA allocator's peak: {NO_GPU} (the process group's memory instead)",
+            f"real syncs by line (CUDA's sync debug mode): {no_gpu}",
+            f"what each sync stalls the step: {no_gpu} (the syncs are counted; their {build.NO_CPU_COST})",
+            f"copy costs (bytes over the device's bandwidth): {no_gpu}",
+            f"the CUDA allocator's peak: {no_gpu} (the process group's memory instead)",
         ]
     if not phases.timed.step_s:
         missing.append("step time, the loader's wait and memory: no step was timed")
@@ -232,6 +241,7 @@ def _report(script: Script, args: Sequence[str], options: DoctorOptions, phases:
     real = _real_syncs(phases, per_line)
     stalls = None if phases.real is None or not phases.gpu_steps else {
         where: figures[1] for where, figures in phases.real.per_line(phases.gpu_steps).items()}
+    no_gpu = _no_gpu(phases, bandwidth)
     breaks, recompiles, compile_s = compiles.graph_breaks, compiles.recompiles, compiles.compile_s
     unavailable = "; ".join(x.reason for x in (breaks, recompiles) if isinstance(x, Unavailable))
     breaks = () if isinstance(breaks, Unavailable) else breaks
@@ -240,9 +250,9 @@ def _report(script: Script, args: Sequence[str], options: DoctorOptions, phases:
     found = [
         *([build.loader_finding(loader, watch.line)] if loader is not None else []),
         *build.sync_findings(located, phases.scanned_steps, counter.step_functions, stalls),
-        *build.copy_findings(phases.copies, phases.scanned_steps, bandwidth),
+        *build.copy_findings(phases.copies, phases.scanned_steps, bandwidth, no_gpu),
         *build.compile_findings(breaks, recompiles, timed, codes),
-        *build.memory_findings(shape, loader.batches_per_step if loader else 1.0, watch.line, bandwidth),
+        *build.memory_findings(shape, loader.batches_per_step if loader else 1.0, watch.line, bandwidth, no_gpu),
     ]
     ranked = rank(found, step_ms[0] if step_ms else None)
     timed_window = (timed.began or 0.0, timed.ended or 0.0)
@@ -271,6 +281,7 @@ def _report(script: Script, args: Sequence[str], options: DoctorOptions, phases:
             for direction, pinned, rate in bandwidth.rates),
         one_off=_one_off(phases, watch, compile_figures.compile_s),
         explained=explained_share(ranked, step_ms[0] if step_ms else None),
-        not_measured=_not_measured(phases, loader is not None, compiled, bandwidth is not None),
+        not_measured=_not_measured(phases, loader is not None, compiled, no_gpu),
         wall_s=wall_s,
+        no_gpu=no_gpu,
     )
