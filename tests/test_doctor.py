@@ -66,6 +66,7 @@ def test_the_loader_ranks_first_and_waits_its_planted_sleeps_within_ten_percent(
         measured = _run().loader.ms_per_step
     assert abs(measured - wanted) <= 0.10 * wanted, measured
     assert report.loader.verdict == "loader-bound" and report.loader.workers == 0
+    assert first.share_of_step == pytest.approx(report.loader.wait_share)  # the loader family's wait share
 
 
 def test_one_graph_break_with_its_reason_and_a_recompile(report):
@@ -92,7 +93,7 @@ def test_findings_with_a_measured_cost_rank_before_the_rest(report):
 def test_json_and_text_reports(report, capsys):
     data = report.as_json()
     assert set(data["steps"]) >= {"warmup", "measured", "scanned"}
-    assert set(data["step_ms"]) == {"median", "p90"}
+    assert set(data["step_ms"]) == {"median", "p90", "mean"}
     assert set(data["findings"][0]) >= {"rank", "kind", "title", "path", "line", "per_step", "call_sites",
                                         "ms_per_step", "share_of_step", "fix"}
     assert set(data["loader"]) >= {"wait_share", "ms_per_step", "verdict", "batch_bytes"}

@@ -56,8 +56,11 @@ def test_a_script_that_raises_gets_the_report_the_last_line_and_the_step(tmp_pat
     marker = tmp_path / "marker"
     code = cli.main(["doctor", "--json", str(EXAMPLES / "raises.py"), "--", str(marker)])
     assert code == 1
-    data = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
     assert data["error"] == {"last_line": "ValueError: planted failure in step 5", "step": 5}
+    # The script's traceback follows on stderr, from its own first frame.
+    assert captured.err.startswith("Traceback") and "raises.py" in captured.err.splitlines()[1]
     assert data["steps"]["total"] == 4 and data["steps"]["measured"] == 1
     assert marker.read_text() == "finally ran in step 5"
 

@@ -43,6 +43,8 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
         print(json.dumps(report.as_json(), indent=2))
     else:
         render(report, console)
+    if report.failure is not None and report.failure.traceback:
+        print(report.failure.traceback, file=sys.stderr, end="")  # the script's own, from its first frame
     return 1 if report.failure is not None else 0
 
 

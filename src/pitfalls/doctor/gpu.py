@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import statistics
-import sys
 import time
 import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any
 
 import torch
@@ -66,14 +64,6 @@ class _StallMode(TorchDispatchMode):
         return out
 
 
-def _outside_warnings(frame: FrameType | None) -> FrameType | None:
-    """The first frame, outwards, that is not the warnings module's nor this one's."""
-    skipped = {warnings.__file__, __file__}
-    while frame is not None and frame.f_code.co_filename in skipped:
-        frame = frame.f_back
-    return frame
-
-
 class RealSyncs:
     """Count real CUDA syncs and time each hazard's stall by line, over the block (see the module docstring).
 
@@ -94,7 +84,9 @@ class RealSyncs:
     def _show(self, message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
               line: str | None = None) -> None:
         if CUDA_SYNC_WARNING in str(message):
-            key, _, _ = locate_dispatch_stack(_outside_warnings(sys._getframe(1)))
+            # The warnings module calls this: its frames are not the script's. A backward op's warning comes from
+            # autograd's thread, with no Python frame above it: its line is the forward one that built it.
+            key, _, _ = locate_dispatch_stack(skip=(warnings.__file__,))
             self.syncs[key] += 1
             return
         self._passed_on(message, category, filename, lineno, file, line)

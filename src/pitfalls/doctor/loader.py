@@ -68,7 +68,6 @@ class LoaderWatch:
         self._clock = clock
         self._iterators: weakref.WeakSet[_MultiProcessingDataLoaderIter] = weakref.WeakSet()
         self._saved: tuple[Any, Any] | None = None
-        self._started_at: dict[int, float] = {}
         self.start: LoaderStart | None = None
         self._first_start: tuple[int, float, float] | None = None
         self.line: SourceLine | None = None

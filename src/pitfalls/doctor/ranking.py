@@ -27,7 +27,8 @@ def rank(findings: Iterable[Finding], step_ms: float | None) -> tuple[Finding, .
 
     Args:
         findings: the findings, in any order.
-        step_ms: the median step time (None when no step was timed: no share is given).
+        step_ms: the mean step time (None when no step was timed: no share is given); the mean, so that the
+            loader's share is its wait share, the wait over the time of the timed steps.
 
     Returns:
         The findings, ranked from 1.
@@ -44,7 +45,7 @@ def rank(findings: Iterable[Finding], step_ms: float | None) -> tuple[Finding, .
 
 
 def explained_share(findings: Iterable[Finding], step_ms: float | None) -> float | None:
-    """The share of the median step that the findings with a measured cost add up to (None: no step timed)."""
+    """The share of the mean step that the findings with a measured cost add up to (None: no step timed)."""
     if not step_ms:
         return None
     return sum(f.ms_per_step for f in findings if f.ms_per_step is not None) / step_ms

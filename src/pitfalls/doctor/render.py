@@ -120,9 +120,9 @@ def render(report: DoctorReport, console: Console) -> None:
     if report.step_ms is None:
         console.print(Text("step time: not measured (no step was timed)"))
     else:
-        median, p90 = report.step_ms
+        median, p90, mean = report.step_ms
         explained = "" if report.explained is None else (
-            f"; the findings with a measured cost explain {report.explained:.0%} of it")
-        console.print(Text(f"step time: {median:.3g} ms median, {p90:.3g} ms p90 over {report.steps.measured} "
-                           f"timed steps{explained}"))
+            f"; the findings with a measured cost explain {report.explained:.0%} of the mean")
+        console.print(Text(f"step time over {report.steps.measured} timed steps: {median:.3g} ms median, {p90:.3g} "
+                           f"ms p90, {mean:.3g} ms mean{explained}"))
     console.print(Text(f"doctor's run: {report.wall_s:.1f} s"))

@@ -34,7 +34,7 @@ class Finding:
         cost: how the cost was measured, or why it was not.
         fix: the change that removes it.
         rank: its place in the report (1: the costliest).
-        share_of_step: ``ms_per_step`` over the median step time.
+        share_of_step: ``ms_per_step`` over the mean step time (the loader's is its wait share).
     """
 
     kind: str
@@ -88,10 +88,12 @@ class Failure:
     Attributes:
         last_line: the exception's last line, e.g. "ValueError: bad batch".
         step: the step it happened in (1 for the first; 0 before the first step began).
+        traceback: the exception's traceback from the script's first frame ("" for an exit status).
     """
 
     last_line: str
     step: int
+    traceback: str = ""
 
 
 @dataclass(frozen=True)
@@ -195,7 +197,7 @@ class DoctorReport:
         steps: the steps each phase ran.
         ended: how the run ended ("its 18 steps are done", "the script ended after 7 steps", ...).
         failure: the script's error, when it raised before its steps were done.
-        step_ms: (median, p90) of the timed steps, or None when no step was timed.
+        step_ms: (median, p90, mean) of the timed steps, or None when no step was timed.
         findings: ranked, the costliest first.
         loader: the loader's figures, or None when the timed steps iterated no DataLoader.
         compile: torch.compile's figures.
@@ -205,7 +207,7 @@ class DoctorReport:
         syncs_agree: whether every line's real syncs equal its hazards (None without a GPU).
         bandwidth: copy bandwidth measured on the device, GB/s by kind (empty without a GPU).
         one_off: costs paid once.
-        explained: the share of the median step that the measured findings explain (None: nothing timed).
+        explained: the share of the mean step that the measured findings explain (None: nothing timed).
         not_measured: each figure that was not measured, and why ("real syncs by line ...: no GPU").
         wall_s: the run's wall seconds.
         no_gpu: why the GPU's figures were not measured (`NO_GPU`, `CPU_SCRIPT`), or "" when they were.
@@ -216,7 +218,7 @@ class DoctorReport:
     steps: StepsDone
     ended: str
     failure: Failure | None
-    step_ms: tuple[float, float] | None
+    step_ms: tuple[float, float, float] | None
     findings: tuple[Finding, ...]
     loader: LoaderFigures | None
     compile: CompileFigures
@@ -246,7 +248,8 @@ class DoctorReport:
             "ended": self.ended,
             "error": None if self.failure is None else {"last_line": self.failure.last_line,
                                                         "step": self.failure.step},
-            "step_ms": None if self.step_ms is None else {"median": self.step_ms[0], "p90": self.step_ms[1]},
+            "step_ms": (None if self.step_ms is None
+                        else dict(zip(("median", "p90", "mean"), self.step_ms, strict=True))),
             "findings": [finding.as_json() for finding in self.findings],
             "loader": None if loader is None else {
                 "wait_share": loader.wait_share, "ms_per_step": loader.ms_per_step, "verdict": loader.verdict,

@@ -42,6 +42,7 @@ from pitfalls.doctor.steps import Budget, StepCounter, StopRun
 from pitfalls.probes.compiled import reset_dynamo
 from pitfalls.probes.result import Unavailable
 from pitfalls.scan_loader.anatomy import Anatomy, anatomy
+from pitfalls.targets import scanned_traceback
 
 __all__ = ["run_doctor"]
 
@@ -73,7 +74,7 @@ def _execute(script: Script, namespace: dict[str, object], counter: StepCounter)
                        Failure(f"SystemExit: {code}", in_step()))
     except Exception as error:  # the script's own error: reported with what was measured before it
         last = traceback.format_exception_only(type(error), error)[-1].strip()
-        return _Ending(f"the script raised after {steps()}", Failure(last, in_step()))
+        return _Ending(f"the script raised after {steps()}", Failure(last, in_step(), scanned_traceback(error)))
     return _Ending(f"the script ended after {steps()}")
 
 
@@ -228,7 +229,7 @@ def _report(script: Script, args: Sequence[str], options: DoctorOptions, phases:
     step_ms = None
     if timed.step_s:
         ms = sorted(s * 1e3 for s in timed.step_s)
-        step_ms = (statistics.median(ms), ms[min(len(ms) - 1, int(0.9 * len(ms)))])
+        step_ms = (statistics.median(ms), ms[min(len(ms) - 1, int(0.9 * len(ms)))], statistics.fmean(ms))
     shape = _anatomy(phases)
     loader = build.loader_figures(timed, shape)
     located = phases.located
@@ -254,7 +255,7 @@ def _report(script: Script, args: Sequence[str], options: DoctorOptions, phases:
         *build.compile_findings(breaks, recompiles, timed, codes),
         *build.memory_findings(shape, loader.batches_per_step if loader else 1.0, watch.line, bandwidth, no_gpu),
     ]
-    ranked = rank(found, step_ms[0] if step_ms else None)
+    ranked = rank(found, step_ms[2] if step_ms else None)
     timed_window = (timed.began or 0.0, timed.ended or 0.0)
     compile_figures = CompileFigures(
         graph_breaks=tuple({"reason": b.reason, "path": b.path, "line": b.line, "explanation": b.explanation,
@@ -280,7 +281,7 @@ def _report(script: Script, args: Sequence[str], options: DoctorOptions, phases:
             (f"{direction}, {'pinned' if pinned else 'pageable'}", rate / 1e9)
             for direction, pinned, rate in bandwidth.rates),
         one_off=_one_off(phases, watch, compile_figures.compile_s),
-        explained=explained_share(ranked, step_ms[0] if step_ms else None),
+        explained=explained_share(ranked, step_ms[2] if step_ms else None),
         not_measured=_not_measured(phases, loader is not None, compiled, no_gpu),
         wall_s=wall_s,
         no_gpu=no_gpu,

@@ -29,6 +29,7 @@ import os
 import re
 import sysconfig
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -208,12 +209,15 @@ def _callers(keys: list[tuple[_Key, bool]]) -> tuple[_Key, ...]:
     return tuple(found)
 
 
-def _stack_frames(frame: FrameType | None) -> tuple[_Key | None, tuple[_Key, ...], bool]:
-    """The innermost user frame from `frame` outwards, its callers, and whether the engine's entry was passed."""
+def _stack_frames(
+    frame: FrameType | None, skip: Collection[str] = ()
+) -> tuple[_Key | None, tuple[_Key, ...], bool]:
+    """The innermost user frame from `frame` outwards (passing over the files in `skip`), its callers, and whether
+    the engine's entry was passed."""
     passed_engine = False
     while frame is not None:
         code = frame.f_code
-        if is_user_file(code.co_filename):
+        if is_user_file(code.co_filename) and code.co_filename not in skip:
             key = (code.co_filename, frame.f_lineno, code.co_name)
             outer: list[tuple[_Key, bool]] = []
             above = frame.f_back
@@ -262,16 +266,16 @@ def locate_dispatch() -> tuple[_Key | None, bool]:
     return key, in_backward
 
 
-def locate_dispatch_stack(start: FrameType | None = None) -> tuple[_Key | None, tuple[_Key, ...], bool]:
+def locate_dispatch_stack(skip: Collection[str] = ()) -> tuple[_Key | None, tuple[_Key, ...], bool]:
     """The user's line of the op being dispatched now, the user frames that called it, and whether in backward.
 
     Args:
-        start: the frame to look outwards from (None: this call's); a caller that runs inside other Python machinery
-            (the warnings module, for a warning raised by an op) passes the frame above that machinery.
+        skip: files to pass over besides torch and the measuring machinery: a caller that runs inside other Python
+            code (the warnings module, for a warning an op raised) names it.
     """
-    frame = start if start is not None else inspect.currentframe()
+    frame = inspect.currentframe()
     try:
-        key, callers, passed_engine = _stack_frames(frame)
+        key, callers, passed_engine = _stack_frames(frame, skip)
     finally:
         del frame  # a frame held in a local would keep every caller's locals alive
     node = _current_autograd_node()
