@@ -28,7 +28,8 @@ def fake(name: str, reading: Reading, *, tolerance: float = 0.10, unit: str = "m
 def test_every_check_is_benchmarked_once_by_the_suite():
     classes = error_classes(bench_calibration)
     benchmarked = [name for cls in classes.values() for name in cls.params[0]]
-    assert sorted(benchmarked) == sorted(c.name for c in run.all_checks())
+    assert sorted(benchmarked) == sorted(c.name for c in run.all_checks() if c.published)
+    assert any(not c.published for c in run.all_checks())  # the doctor's rows: run by pitfalls calibrate alone
     assert len(set(benchmarked)) == len(benchmarked)
     by_name = {c.name: c for c in run.all_checks()}
     for cls in classes.values():
@@ -48,6 +49,13 @@ def test_a_new_check_gets_a_series_and_an_absolute_unit_its_own_class(monkeypatc
     assert classes["ErrorInW"].track_error.unit == "W"
     # The shared method is copied, not relabelled: the real classes keep their own units.
     assert error_classes(bench_calibration)["Error"].track_error.unit == "relative"
+
+
+def test_a_check_not_published_gets_no_series():
+    planted = Reading(planted=1.0, measured=1.0)
+    kept = fake("fake: published", planted)
+    left = Check("fake: a command's figure", ("time per call",), "ms", 0.1, lambda _device: planted, published=False)
+    assert published.checks_by_error_unit([kept, left]) == {"relative": ["fake: published"]}
 
 
 @pytest.mark.parametrize(("reading", "absolute", "unit", "want"), [

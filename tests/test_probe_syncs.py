@@ -398,3 +398,54 @@ def test_provenance_holds_tensors_weakly_and_by_identity() -> None:
     assert provenance.on_host(host) and not provenance.on_host(other)
     del host
     assert provenance._refs == {}  # freed with its tensor: a long step does not grow the table
+
+
+def _adam_step() -> tuple[torch.optim.Optimizer, list[torch.Tensor]]:
+    params = [torch.randn(4, 3, requires_grad=True), torch.randn(3, requires_grad=True)]
+    for param in params:
+        param.grad = torch.randn_like(param)
+    return torch.optim.AdamW(params, lr=1e-3, foreach=False), params
+
+
+def test_a_host_made_tensor_keeps_its_provenance_across_calls_when_the_warm_up_keeps_it() -> None:
+    from pitfalls.probes.hostcopy import Provenance, keep_provenance
+
+    # AdamW makes state["step"] with torch.tensor(0.0, device="cpu") at its first step and reads it with .item()
+    # at every later one: a read of host memory on CUDA too.
+    optimizer, params = _adam_step()
+    optimizer.step()  # made outside any counted region: taken for the device's, as before
+    assert count_hazards(optimizer.step).get("aten._local_scalar_dense.default") == len(params)
+
+    optimizer, params = _adam_step()
+    provenance = Provenance()
+    with keep_provenance(provenance):
+        optimizer.step()
+    assert all(provenance.on_host(optimizer.state[p]["step"]) for p in params)
+    with SyncHazardCounter(provenance=provenance) as counter:
+        optimizer.step()
+        optimizer.step()
+        torch.nonzero(params[0])  # device data stays device data
+    assert counter.result.as_dict() == {"aten.nonzero.default": 1}
+    with SyncHazardCounter(provenance=provenance) as counter:  # kept, not reset, by the next region
+        optimizer.step()
+    assert counter.result.total == 0
+
+
+def test_keeping_provenance_counts_nothing_runs_compiled_code_eagerly_and_leaves_no_mode() -> None:
+    from torch.overrides import _get_current_function_mode_stack
+
+    from pitfalls.probes.hostcopy import Provenance, keep_provenance
+
+    torch._dynamo.reset()
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    compiled = torch.compile(lambda x: torch.nonzero(x > 0).sum(), backend="eager")
+    provenance = Provenance()
+    with keep_provenance(provenance):
+        made = torch.zeros(3)
+        compiled(torch.randn(8))
+    assert provenance.on_host(made)
+    assert counters["stats"]["unique_graphs"] == 0  # nothing was compiled under the keeper
+    assert _get_current_function_mode_stack() == []
+    torch._dynamo.reset()

@@ -111,6 +111,17 @@ def test_a_helper_called_from_two_lines_shows_both_call_sites_in_json_and_table(
     assert "positions(x > 0.5)" in text and "positions(x < -0.5)" in text
 
 
+def test_an_adamw_step_scans_with_no_sync_in_the_optimizer_whether_named_as_step_or_factory(capsys) -> None:
+    path = EXAMPLES / "train_adamw.py"
+    # The step itself: its first call, when the scan loads it, makes AdamW's host-side step counts.
+    report = scan_json(capsys, f"{path}:step")
+    assert per_line(report) == {line_in_file(path, "return loss.item()"): 1}
+    # A factory: foreach AdamW behind a GradScaler; the scaler's found_inf.item() is the one sync.
+    report = scan_json(capsys, f"{path}:make_step")
+    assert per_line(report) == {line_in_file(path, "scaler.step(opt)"): 1}
+    assert report["hazards"][0]["op"] == ".item()"
+
+
 def test_gpu_proof_runs_the_corpus_and_reports_its_agreement_or_why_not() -> None:
     from pitfalls import gpu_proof
     from pitfalls.devices import cuda_available
@@ -120,6 +131,8 @@ def test_gpu_proof_runs_the_corpus_and_reports_its_agreement_or_why_not() -> Non
     assert set(rows) == {c.name for c in (*scan_corpus.CORPUS, scan_corpus.HELPER)}
     assert rows["bincount"]["label"] == 2 and rows["bincount"]["cpu_scan"] == 2
     assert rows["bool_write_scalar"]["cpu_scan"] == 0 and rows["to_cpu_method"]["cpu_scan"] == 1
+    assert rows["adamw_single_tensor_step"]["cpu_scan"] == 0 and rows["grad_scaler_step"]["cpu_scan"] == 1
+    assert rows["adamw_capturable_step"]["cpu_scan"].startswith("skipped on cpu: capturable=True needs")
     assert found["agreement"]["cpu scan against labels"] == "precision 1, recall 1, 0 lines differ"
     assert found["agreement"]["cpu scan against cpu scan"] == "precision 1, recall 1, 0 lines differ"
     if not cuda_available():

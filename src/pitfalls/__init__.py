@@ -2,6 +2,7 @@
 
 from pitfalls.cases import build_case, smoke_case
 from pitfalls.devices import available_devices, cuda_available, resolve_device, synchronize
+from pitfalls.doctor import DoctorOptions, DoctorReport, run_doctor
 from pitfalls.equivalence import check_all, same_output
 from pitfalls.families.loss import SegNet, TrainConfig, make_loss, make_train_step
 from pitfalls.families.sampler import SamplerConfig, SampleResult, make_sample_call, sample
@@ -14,6 +15,8 @@ __all__ = [
     "FLOOR",
     "Case",
     "Comparison",
+    "DoctorOptions",
+    "DoctorReport",
     "Family",
     "Param",
     "SampleResult",
@@ -35,6 +38,7 @@ __all__ = [
     "make_train_step",
     "no_sync_hazards",
     "resolve_device",
+    "run_doctor",
     "same_output",
     "sample",
     "smoke_case",

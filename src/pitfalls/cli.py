@@ -17,6 +17,7 @@ from pitfalls.calibration.marks import uncalibrated
 from pitfalls.calibration.run import all_checks
 from pitfalls.calibration.run import register as register_calibrate
 from pitfalls.devices import available_devices
+from pitfalls.doctor.cli import register as register_doctor
 from pitfalls.equivalence import check_all
 from pitfalls.family import COMPILE, CUDA, FLOOR, HAZARDS, SkipCase
 from pitfalls.probes import (
@@ -223,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_scan(commands)
     register_calibrate(commands)
     register_scan_loader(commands)
+    register_doctor(commands)
     merge.register(commands)
     return parser
 

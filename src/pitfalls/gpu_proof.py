@@ -176,7 +176,9 @@ def _agreement(counted: Mapping[tuple[str, int], float], truth: Mapping[tuple[st
 
 def scan_corpus_on_device(device: str, _sizes: Sizes) -> dict[str, Any]:
     """The scan corpus: each construct's label, the CPU scan's count, the scan on the device, and real CUDA syncs
-    counted by PyTorch's sync debug mode, per call; then how each agrees with the real syncs, line by line."""
+    counted by PyTorch's sync debug mode, per call; then how each agrees with the real syncs, line by line. A
+    construct that needs CUDA reads "skipped on cpu: <why>" in the CPU scan's column and is left out of the CPU
+    comparisons."""
     labels = scan_corpus.expected_per_line()
     cpu_scan, _ = scan_corpus.scan_per_line("cpu")
     device_scan, _ = scan_corpus.scan_per_line(device)
@@ -186,24 +188,33 @@ def scan_corpus_on_device(device: str, _sizes: Sizes) -> dict[str, Any]:
     missing: Unavailable | None = None
     for construct in (*scan_corpus.CORPUS, scan_corpus.HELPER):
         line = _corpus_line(construct)
-        counted = count_cuda_syncs(functools.partial(construct.run, d), calls=3, warmup=1)
+        skipped = {where: f"skipped on {where}: {construct.needs_cuda}" for where in ("cpu", device)
+                   if not scan_corpus.runs_on(construct, where)}
+        if device in skipped:
+            counted: Any = Unavailable(skipped[device])
+        else:
+            counted = count_cuda_syncs(functools.partial(construct.run, d), calls=3, warmup=1)
         if isinstance(counted, Unavailable):
-            missing = counted
+            missing = missing or (None if device in skipped else counted)
         else:
             real[line] = counted.per_call
         rows.append(
             {"construct": construct.name, "code": f"`{construct.code}`", "label": labels[line],
-             "cpu_scan": cpu_scan.get(line, 0), f"{device}_scan": device_scan.get(line, 0),
+             "cpu_scan": skipped.get("cpu", cpu_scan.get(line, 0)),
+             f"{device}_scan": skipped.get(device, device_scan.get(line, 0)),
              "cuda_syncs": _value(counted if isinstance(counted, Unavailable) else counted.per_call)}
         )
+    cpu_labels = scan_corpus.expected_per_line("cpu")
     summary = {
-        "cpu scan against labels": _agreement(cpu_scan, labels),
-        f"{device} scan against cpu scan": _agreement(device_scan, cpu_scan),
+        "cpu scan against labels": _agreement(cpu_scan, cpu_labels),
+        f"{device} scan against cpu scan": _agreement(
+            {line: n for line, n in device_scan.items() if line in cpu_labels}, cpu_scan),
     }
     if missing is not None:
         summary["against real CUDA syncs"] = _value(missing)
     else:
-        summary["cpu scan against real CUDA syncs"] = _agreement(cpu_scan, real)
+        summary["cpu scan against real CUDA syncs"] = _agreement(
+            cpu_scan, {line: n for line, n in real.items() if line in cpu_labels})
         summary["labels against real CUDA syncs"] = _agreement(labels, real)
     return {"rows": rows, "agreement": summary}
 

@@ -22,6 +22,8 @@ from rich.table import Table
 from rich.text import Text
 
 from pitfalls._checks import check_int_at_least
+from pitfalls.argtypes import positive
+from pitfalls.probes.hostcopy import Provenance, keep_provenance
 from pitfalls.probes.sites import CallSite, HazardLocator, HazardSite
 from pitfalls.probes.syncs import HazardCounts
 from pitfalls.probes.trace import export_trace
@@ -106,8 +108,13 @@ def scan_step(
     warmup: int = 1,
     trace: str | Path | None = None,
     name: str = "step",
+    provenance: Provenance | None = None,
 ) -> ScanReport:
     """Run `step` `warmup` times, then `calls` times under a `HazardLocator`, and report its hazards by line.
+
+    The warm-up calls run eagerly while the tensors they make on the host are recorded (`keep_provenance`), so a
+    tensor the step keeps from one call to the next (an optimizer's host-side step count) is still host-made
+    when the counted calls read it.
 
     Args:
         step: a zero-argument callable, e.g. one training step.
@@ -115,6 +122,7 @@ def scan_step(
         warmup: uncounted calls first (>= 0), so one-off work (lazy initialisation) is not counted.
         trace: also write a Chrome trace of the counted calls here, hazards in "sync-hazard: <op>" ranges.
         name: how the report names the step.
+        provenance: the host-made tensors of earlier calls of the step (None: none known).
 
     Returns:
         A `ScanReport`.
@@ -126,9 +134,11 @@ def scan_step(
         raise TypeError(f"step must be callable, got {type(step).__name__}: {step!r}")
     check_int_at_least("calls", calls, 1)
     check_int_at_least("warmup", warmup, 0)
-    for _ in range(warmup):
-        call_scanned(name, "warming up", step)
-    with HazardLocator() as locator:
+    provenance = provenance if provenance is not None else Provenance()
+    with keep_provenance(provenance):
+        for _ in range(warmup):
+            call_scanned(name, "warming up", step)
+    with HazardLocator(provenance=provenance) as locator:
         if trace is None:
             for _ in range(calls):
                 call_scanned(name, "running under the hazard counter", step)
@@ -205,10 +215,14 @@ def cmd_scan(args: argparse.Namespace, console: Console) -> int:
     if args.trace is not None and not Path(args.trace).parent.is_dir():
         _stderr(f"--trace {args.trace}: the folder {Path(args.trace).parent} does not exist")
         return 2
+    provenance = Provenance()
     try:
-        target = load_target(args.target)
+        target = load_target(args.target, first_call=lambda: keep_provenance(provenance))
+        if not target.warmed_up:
+            provenance = Provenance()  # a factory's set-up, not a step: what it made counts as the device's
         report = scan_step(
-            target.step, calls=args.calls, warmup=0 if target.warmed_up else 1, trace=args.trace, name=args.target
+            target.step, calls=args.calls, warmup=0 if target.warmed_up else 1, trace=args.trace, name=args.target,
+            provenance=provenance,
         )
         if target.warmed_up:  # loading the target called the step once: that was its warm-up
             report = dataclasses.replace(report, warmup=report.warmup + 1)
@@ -226,16 +240,6 @@ def cmd_scan(args: argparse.Namespace, console: Console) -> int:
         if report.trace:
             console.print(Text(f"trace written to {report.trace} (open in https://ui.perfetto.dev)"))
     return 1 if args.fail_on_hazards and report.sites else 0
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an int") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not allowed; it must be 1 or more")
-    return value
 
 
 def register(commands: Any) -> None:
@@ -256,7 +260,7 @@ def register(commands: Any) -> None:
         ),
     )
     parser.add_argument("target", metavar="TARGET", help=FORMS)
-    parser.add_argument("--calls", type=_positive_int, default=DEFAULT_CALLS,
+    parser.add_argument("--calls", type=positive(int), default=DEFAULT_CALLS,
                         help=f"counted calls after the warm-up (default {DEFAULT_CALLS})")
     parser.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     parser.add_argument("--trace", metavar="PATH", help="also write a Chrome trace with the hazards as labelled ranges")

@@ -18,7 +18,7 @@ come from what CUDA does, read in ATen's source and PyTorch's docs, not from wha
 - copies the other way wait too: CUDA's copy kernel ends a copy without `non_blocking` with `memcpy_and_sync`
   whichever way it goes, so `.to(device)` of a host tensor and `torch.tensor(data, device=...)` (made on the host,
   then copied) are 1 each (PyTorch issues 120996, 190217), `non_blocking=True` 0 (the sync debug mode never flags
-  it); `torch.full(..., device=...)` fills on the device: 0;
+  it), and what arrives is device data: its `nonzero` is 1; `torch.full(..., device=...)` fills on the device: 0;
 - writing a Python number: one element, `y[3] = 0.0`, is a copy of a host scalar into a one-element view: 1 (PyTorch
   pull request 186482); a slice, `y[:4] = 0.0`, takes `fill_`: 0; a host tensor into a slice is a copy: 1; through
   integer indices, `y[idx] = 0.0`, `_index_put_impl_` copies the host scalar to the device first: 1 (pull request
@@ -26,7 +26,27 @@ come from what CUDA does, read in ATen's source and PyTorch's docs, not from wha
 - integer indexing, `index_select`, `gather`, `topk`, `sort`, `masked_fill`, in-place clamps, three-argument
   `torch.where`, `count_nonzero`: fixed output shapes, no host read: 0.
 
+The optimizer steps a training script meets, each over two parameter tensors, labelled from torch.optim's source
+(torch 2.11, 2.13 and 2.14 read alike):
+
+- SGD, with or without momentum: foreach or per-tensor arithmetic on the device, no host read: 0;
+- Adam and AdamW, foreach or single-tensor: `_init_group` keeps `state["step"]` on the host, `torch.tensor(0.0,
+  device="cpu")`, unless `capturable` or `fused` ("special device hosting for step": a kernel launch per count
+  would cost more); `_get_value(step)` reads it with `.item()` once per parameter (single-tensor) or twice (the
+  foreach bias corrections): a read of host memory, 0 syncs on CUDA. The counter sees it as host-made because
+  the warm-up step that made it ran under `keep_provenance`;
+- `fused=True` and `capturable=True` keep the step on the device and never read it: 0. `capturable` needs CUDA
+  (`_get_capturable_supported_devices` has no CPU), so it is labelled here and runs only on a GPU; `fused` has a
+  CPU kernel since torch 2.4 and runs on both;
+- `GradScaler.step` with an optimizer without its own scaling reads the inf check, `found_inf.item()` per device,
+  in `_maybe_opt_step`: 1 (the `update()` after it is device work and non-blocking copies: 0); with a fused
+  optimizer (`_step_supports_amp_scaling`) the scaler hands `grad_scale` and `found_inf` to the kernel: 0;
+- `clip_grad_norm_` computes the norm, the clip factor and the scaling on the device: 0; with
+  `error_if_nonfinite=True` it branches on `torch.logical_or(total_norm.isnan(), total_norm.isinf())`: 1.
+
 `CORPUS` lists them; `HELPER` is a helper called from two lines (its syncs are at its own line, per call site).
+A construct that needs CUDA (`Construct.needs_cuda` says why) is labelled like the others and left out of a run
+on any other device: `runs_on` tells.
 `pitfalls.gpu_proof` runs the same corpus on CUDA under `torch.cuda.set_sync_debug_mode("warn")`.
 """
 
@@ -39,14 +59,52 @@ from types import SimpleNamespace
 
 import torch
 
+from pitfalls.probes.hostcopy import Provenance, keep_provenance
 from pitfalls.probes.sites import HazardLocator, LocatedHazards
 
 __all__ = [
     "CORPUS", "HELPER", "Agreement", "Construct", "agreement", "corpus_data", "expected_per_line", "line_of",
-    "run_corpus", "scan_per_line",
+    "run_corpus", "runs_on", "scan_per_line",
 ]
 
 N = 64
+# Why `capturable=True` runs on CUDA only (torch.optim.optimizer._get_capturable_supported_devices has no CPU).
+CAPTURABLE_NEEDS_CUDA = "capturable=True needs its parameters on CUDA (torch.optim refuses the CPU)"
+
+
+def _parameters(g: torch.Generator, device: str | torch.device) -> list[torch.Tensor]:
+    """Two trained parameter tensors (a weight and a bias) with their gradients, on `device`."""
+    params = [torch.randn(8, 4, generator=g), torch.randn(8, generator=g)]
+    grads = [torch.randn(p.shape, generator=g) for p in params]
+    out = []
+    for param, grad in zip(params, grads, strict=True):
+        leaf = param.to(device).requires_grad_(True)
+        leaf.grad = grad.to(device)
+        out.append(leaf)
+    return out
+
+
+def _optimizers(g: torch.Generator, device: torch.device) -> dict[str, object]:
+    """The optimizers the constructs step, each over parameters of its own; the CUDA-only ones only on CUDA."""
+    optim = torch.optim
+    made: dict[str, object] = {
+        "sgd": optim.SGD(_parameters(g, device), lr=0.01),
+        "sgd_momentum": optim.SGD(_parameters(g, device), lr=0.01, momentum=0.9),
+        "adam_foreach": optim.Adam(_parameters(g, device), lr=1e-3, foreach=True),
+        "adam_single": optim.Adam(_parameters(g, device), lr=1e-3, foreach=False),
+        "adamw_foreach": optim.AdamW(_parameters(g, device), lr=1e-3, foreach=True),
+        "adamw_single": optim.AdamW(_parameters(g, device), lr=1e-3, foreach=False),
+        "adamw_fused": optim.AdamW(_parameters(g, device), lr=1e-3, fused=True),
+        "scaled_sgd": optim.SGD(_parameters(g, device), lr=0.01),
+        "scaled_fused": optim.AdamW(_parameters(g, device), lr=1e-3, fused=True),
+        "clipped": _parameters(g, device),
+    }
+    if device.type == "cuda":
+        made["adamw_capturable"] = optim.AdamW(_parameters(g, device), lr=1e-3, capturable=True)
+    # init_scale=1: the gradients keep their size however often the scaler unscales them.
+    made["scaler"] = torch.amp.GradScaler(device.type, init_scale=1.0)
+    made["scaler_fused"] = torch.amp.GradScaler(device.type, init_scale=1.0)
+    return made
 
 
 def corpus_data(device: str | torch.device = "cpu") -> SimpleNamespace:
@@ -78,6 +136,11 @@ def corpus_data(device: str | torch.device = "cpu") -> SimpleNamespace:
     d.w.requires_grad_(True)
     d.total_reps = int(d.reps.sum().item())
     d.hits = 0
+    d.device = torch.device(device)
+    for name, value in _optimizers(g, d.device).items():
+        setattr(d, name, value)
+    for scaler in (d.scaler, d.scaler_fused):
+        scaler.scale(d.loss)  # a scaler steps only after it has scaled once (it makes its scale there)
     return d
 
 
@@ -208,6 +271,10 @@ def to_device_non_blocking(d: SimpleNamespace) -> object:
     return torch.arange(4).to(d.x.device, non_blocking=True)
 
 
+def to_device_then_nonzero(d: SimpleNamespace) -> object:
+    return torch.nonzero(torch.arange(4).to(d.x.device, non_blocking=True))
+
+
 def tensor_on_device(d: SimpleNamespace) -> object:
     return torch.tensor([1.0, 2.0], device=d.x.device)
 
@@ -264,6 +331,54 @@ def clamp_in_place(d: SimpleNamespace) -> object:
     return d.y.clamp_(min=-1.0, max=1.0)
 
 
+def sgd_step(d: SimpleNamespace) -> None:
+    d.sgd.step()
+
+
+def sgd_momentum_step(d: SimpleNamespace) -> None:
+    d.sgd_momentum.step()
+
+
+def adam_foreach_step(d: SimpleNamespace) -> None:
+    d.adam_foreach.step()
+
+
+def adam_single_tensor_step(d: SimpleNamespace) -> None:
+    d.adam_single.step()
+
+
+def adamw_foreach_step(d: SimpleNamespace) -> None:
+    d.adamw_foreach.step()
+
+
+def adamw_single_tensor_step(d: SimpleNamespace) -> None:
+    d.adamw_single.step()
+
+
+def adamw_fused_step(d: SimpleNamespace) -> None:
+    d.adamw_fused.step()
+
+
+def adamw_capturable_step(d: SimpleNamespace) -> None:
+    d.adamw_capturable.step()
+
+
+def grad_scaler_step(d: SimpleNamespace) -> None:
+    d.scaler.step(d.scaled_sgd); d.scaler.update()  # noqa: E702 (one line: a scaler steps once per update)
+
+
+def grad_scaler_fused_step(d: SimpleNamespace) -> None:
+    d.scaler_fused.step(d.scaled_fused); d.scaler_fused.update()  # noqa: E702 (one line, as above)
+
+
+def clip_grad_norm(d: SimpleNamespace) -> object:
+    return torch.nn.utils.clip_grad_norm_(d.clipped, 1.0)
+
+
+def clip_grad_norm_nonfinite_check(d: SimpleNamespace) -> object:
+    return torch.nn.utils.clip_grad_norm_(d.clipped, 1.0, error_if_nonfinite=True)
+
+
 def _nonzero_rows(mask: torch.Tensor) -> torch.Tensor:
     return mask.nonzero()
 
@@ -280,10 +395,12 @@ class Construct:
     Attributes:
         run: the one-line function; call it with `corpus_data(device)`.
         syncs: the syncs one call makes on CUDA in eager mode.
+        needs_cuda: why it runs on CUDA only ("" when it runs on every device).
     """
 
     run: Callable[[SimpleNamespace], object]
     syncs: int
+    needs_cuda: str = ""
 
     @property
     def name(self) -> str:
@@ -292,8 +409,8 @@ class Construct:
 
     @property
     def code(self) -> str:
-        """The construct's one line."""
-        return inspect.getsource(self.run).splitlines()[-1].strip()
+        """The construct's one line, without a linter's comment."""
+        return inspect.getsource(self.run).splitlines()[-1].split("  # noqa")[0].strip()
 
 
 CORPUS: tuple[Construct, ...] = (
@@ -328,6 +445,7 @@ CORPUS: tuple[Construct, ...] = (
     Construct(tolist, 1),
     Construct(to_device, 1),
     Construct(to_device_non_blocking, 0),
+    Construct(to_device_then_nonzero, 1),
     Construct(tensor_on_device, 1),
     Construct(full_on_device, 0),
     Construct(element_write_scalar, 1),
@@ -342,6 +460,18 @@ CORPUS: tuple[Construct, ...] = (
     Construct(sort, 0),
     Construct(masked_fill, 0),
     Construct(clamp_in_place, 0),
+    Construct(sgd_step, 0),
+    Construct(sgd_momentum_step, 0),
+    Construct(adam_foreach_step, 0),
+    Construct(adam_single_tensor_step, 0),
+    Construct(adamw_foreach_step, 0),
+    Construct(adamw_single_tensor_step, 0),
+    Construct(adamw_fused_step, 0),
+    Construct(adamw_capturable_step, 0, needs_cuda=CAPTURABLE_NEEDS_CUDA),
+    Construct(grad_scaler_step, 1),
+    Construct(grad_scaler_fused_step, 0),
+    Construct(clip_grad_norm, 0),
+    Construct(clip_grad_norm_nonfinite_check, 1),
 )
 
 # The helper's line syncs once per call site: twice per call of `helper_called_twice`.
@@ -361,29 +491,53 @@ def line_of(fn: Callable[..., object]) -> tuple[str, int]:
     return inspect.getsourcefile(fn) or "", start + len(lines) - 1
 
 
+def runs_on(construct: Construct, device: str | torch.device) -> bool:
+    """Whether a construct runs on `device` (one that needs CUDA runs there only).
+
+    Args:
+        construct: a construct of the corpus.
+        device: a device or its name.
+
+    Returns:
+        True when the construct runs there.
+    """
+    return not construct.needs_cuda or torch.device(device).type == "cuda"
+
+
 def run_corpus(d: SimpleNamespace) -> None:
-    """Call every construct once, then the helper: one step over the whole corpus.
+    """Call every construct that runs on the data's device once, then the helper: one step over the corpus.
 
     Args:
         d: the corpus data, from `corpus_data`.
     """
     for construct in CORPUS:
-        construct.run(d)
+        if runs_on(construct, d.device):
+            construct.run(d)
     HELPER.run(d)
 
 
 _Line = tuple[str, int]
 
 
-def expected_per_line() -> dict[_Line, int]:
-    """The labelled syncs per call of `run_corpus`, by source line (the helper's at its own line)."""
-    expected = {line_of(c.run): c.syncs for c in CORPUS}
+def expected_per_line(device: str | torch.device | None = None) -> dict[_Line, int]:
+    """The labelled syncs per call of `run_corpus`, by source line (the helper's at its own line).
+
+    Args:
+        device: only the constructs that run there (None: every construct, the CUDA-only ones too).
+
+    Returns:
+        {(path, line): syncs per call}.
+    """
+    expected = {line_of(c.run): c.syncs for c in CORPUS if device is None or runs_on(c, device)}
     expected[line_of(_nonzero_rows)] = HELPER.syncs
     return expected
 
 
 def scan_per_line(device: str = "cpu", *, calls: int = 2) -> tuple[dict[_Line, float], LocatedHazards]:
     """Scan `run_corpus` once warmed up: the counter's syncs per call by source line, and what it located.
+
+    The warm-up call keeps the provenance of what it makes on the host, as `pitfalls scan` does, so an optimizer's
+    host-side step count made there is still host-made when the counted calls read it.
 
     Args:
         device: where the corpus data lives.
@@ -393,8 +547,10 @@ def scan_per_line(device: str = "cpu", *, calls: int = 2) -> tuple[dict[_Line, f
         (syncs per call by line, the located hazards over all counted calls).
     """
     d = corpus_data(device)
-    run_corpus(d)
-    with HazardLocator() as locator:
+    provenance = Provenance()
+    with keep_provenance(provenance):
+        run_corpus(d)
+    with HazardLocator(provenance=provenance) as locator:
         for _ in range(calls):
             run_corpus(d)
     found = locator.result

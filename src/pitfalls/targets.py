@@ -10,6 +10,7 @@ needs `PYTHONPATH` set, or the MODULE:NAME form.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -164,11 +165,15 @@ def _attribute(text: str, module: ModuleType, where: str, name: str) -> object:
     return value
 
 
-def load_target(text: str) -> Target:
+def load_target(
+    text: str, first_call: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext
+) -> Target:
     """Load a TARGET and return the step to scan (see the module docstring for the rule).
 
     Args:
         text: FILE.py:NAME, MODULE:NAME or FAMILY/VARIANT.
+        first_call: makes the block NAME's first call runs in: when NAME is the step itself, that call is its
+            warm-up (the scan records there what the step makes on the host).
 
     Returns:
         The `Target`.
@@ -187,7 +192,8 @@ def load_target(text: str) -> Target:
     is_file = location.endswith(".py") or "/" in location or "\\" in location
     module = _load_file(text, location) if is_file else _import_module(text, location)
     named = _check_no_arguments(text, name, _attribute(text, module, location, name))
-    returned = call_scanned(text, f"calling {name}()", named)
+    with first_call():
+        returned = call_scanned(text, f"calling {name}()", named)
     if callable(returned) and not isinstance(returned, type):
         step = _check_no_arguments(text, f"the step {name}() returned", returned)
         return Target(text, step, warmed_up=False)

@@ -1,5 +1,8 @@
 """The calibration table as asv publishes it: one series per check, holding the error `verdict` computes.
 
+A check whose figure no benchmark publishes (the doctor's rows read a command's report, not an asv method) says so
+with ``published=False``: `pitfalls calibrate` runs it, asv and the report's table leave it out.
+
 asv gives a benchmark method one unit for all its parameters, and a check's error is relative (a fraction of the
 planted value) or, where the check says so, absolute in the check's own unit. So the checks are split by the unit
 of their error: every relative check is a parameter of one benchmark, each absolute unit has its own. Together
@@ -38,17 +41,18 @@ def error_unit(check: Check) -> str:
 
 
 def checks_by_error_unit(checks: Iterable[Check]) -> dict[str, list[str]]:
-    """The checks' names grouped by the unit of their error, groups in first-seen order (relative first).
+    """The published checks' names grouped by the unit of their error, groups in first-seen order (relative first).
 
     Args:
-        checks: the checks, in table order.
+        checks: the checks, in table order; those not published (`Check.published`) are left out.
 
     Returns:
-        ``{error unit: [check name, ...]}``; every check appears once.
+        ``{error unit: [check name, ...]}``; every published check appears once.
     """
     grouped: dict[str, list[str]] = {RELATIVE: []}
     for check in checks:
-        grouped.setdefault(error_unit(check), []).append(check.name)
+        if check.published:
+            grouped.setdefault(error_unit(check), []).append(check.name)
     return {unit: names for unit, names in grouped.items() if names}
 
 

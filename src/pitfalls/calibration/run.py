@@ -1,4 +1,4 @@
-"""Run the calibration table: the shared checks, the group-memory checks and every family's own rows."""
+"""Run the calibration table: the shared checks, the group-memory checks, the doctor's and every family's own rows."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from pitfalls.calibration.doctor import doctor_checks
 from pitfalls.calibration.group_memory import group_memory_checks
 from pitfalls.calibration.shared import shared_checks
 from pitfalls.calibration.table import CPU, CUDA, Check, Reading, Row, verdict
@@ -22,8 +23,9 @@ __all__ = ["all_checks", "register", "render", "run_checks"]
 
 
 def all_checks() -> tuple[Check, ...]:
-    """Every check: the shared ones, the process-group ones, then each registered family's ``calibrations``."""
-    checks = [*shared_checks(), *group_memory_checks()]
+    """Every check: the shared ones, the process-group ones, the doctor's, then each registered family's
+    ``calibrations``."""
+    checks = [*shared_checks(), *group_memory_checks(), *doctor_checks()]
     for entry in all_families().values():
         checks += entry.calibrations
     return tuple(checks)

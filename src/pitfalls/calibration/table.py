@@ -100,6 +100,8 @@ class Check:
         family: the family whose code path it exercises; "" for the shared probes.
         absolute: the tolerance is in the unit, not relative.
         why: one line: why this tolerance (the spread measured on which machine).
+        published: asv publishes its error as a series (`pitfalls.calibration.published`); False for a check of a
+            command's figures (the doctor's) rather than a benchmark's, run by `pitfalls calibrate` alone.
     """
 
     name: str
@@ -111,6 +113,7 @@ class Check:
     family: str = ""
     absolute: bool = False
     why: str = ""
+    published: bool = True
 
     def __post_init__(self) -> None:
         if not self.name.strip() or not self.instruments:

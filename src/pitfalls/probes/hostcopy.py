@@ -16,6 +16,11 @@ computes from host tensors alone. A `torch.device` object is taken for the progr
 live on the program's device. The hazard rules read this where the device alone cannot tell on a CPU run: a copy
 or `.item()` of a host tensor makes no sync, and `x[mask] = v` with a host-made one-element value takes ATen's
 `masked_fill_` path (see `pitfalls.probes.syncs`).
+
+Provenance outlives one counted region when the caller keeps it: `keep_provenance` records it, counting nothing,
+while a step warms up, and a counter given the same `Provenance` reads it. A tensor a step makes on the host and
+keeps (the `state["step"]` of Adam and AdamW, a `torch.tensor(0.0, device="cpu")` made at their first step unless
+`capturable` or `fused`) is then still host-made when later steps are counted, and reading it is no sync.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["HostCopyMode", "Provenance"]
+__all__ = ["HostCopyMode", "Provenance", "eager_stance", "keep_provenance", "to_non_blocking"]
 
 # Factories that make a tensor from Python data or a size: on the host unless given a device.
 _FACTORIES = frozenset(
@@ -47,11 +52,32 @@ _ALWAYS_HOST = frozenset({torch.from_numpy, torch.Tensor.cpu})
 _FORMATTING = {torch.Tensor.__format__: "Tensor.__format__", torch.Tensor.__repr__: "Tensor.__repr__"}
 _SETTERS = frozenset({torch.Tensor.__setitem__, torch.Tensor.index_put_, torch.Tensor.index_put, torch.index_put})
 NUMPY_LABEL = "Tensor.numpy (of a device tensor: a TypeError on CUDA)"
+# Where a copy's result lives in the CUDA program (`HostCopyMode._copy_label`).
+_HOST, _DEVICE = "host", "device"
 
 
 def _is_host_target(device: object) -> bool:
     # Only the string names the host for sure; a torch.device object is usually the program's own device.
     return isinstance(device, str) and torch.device(device).type == "cpu"
+
+
+def to_non_blocking(args: tuple, kwargs: dict[str, Any]) -> bool:
+    """The non_blocking argument of a copy call: `Tensor.to`, `Tensor.cuda`, `Tensor.copy_`.
+
+    Every form takes it as the first bool after the device, dtype, tensor or source (`Tensor.to` takes `copy` as the
+    second; torch's own `_parse_to` refuses `copy`, so it cannot read a call that passes it).
+
+    Args:
+        args: the call's positional arguments, the tensor first.
+        kwargs: its keyword arguments.
+
+    Returns:
+        Whether the copy was asked not to block.
+    """
+    if "non_blocking" in kwargs:
+        return bool(kwargs["non_blocking"])
+    flags = [arg for arg in args[1:] if isinstance(arg, bool)]
+    return bool(flags[0]) if flags else False
 
 
 class Provenance:
@@ -126,17 +152,17 @@ class HostCopyMode(TorchFunctionMode):
             return None  # device data: a copy on the device, or none at all
         return f"torch.{func.__name__} (host to device)"
 
-    def _copy_label(self, func: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[str | None, bool]:
-        """The label of the blocking copy between host and device this call is (or None), and whether its result
-        is on the host."""
+    def _copy_label(self, func: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[str | None, str | None]:
+        """The label of the blocking copy between host and device this call is (or None), and where its result
+        is: `_HOST`, `_DEVICE` (a copy to the device), or None (the other rules tell)."""
         if func in _FROM_DATA:
-            return self._from_data_label(func, args, kwargs), False
+            return self._from_data_label(func, args, kwargs), None
         src = args[0] if args else None
         if not isinstance(src, torch.Tensor) or src.device.type == "meta":
-            return None, False
+            return None, None
         from_device = not self._provenance.on_host(src)
         if func is torch.Tensor.cpu:
-            return ("Tensor.cpu (device to host)" if from_device else None), True
+            return ("Tensor.cpu (device to host)" if from_device else None), _HOST
         if func is torch.Tensor.to:
             target = args[1] if len(args) > 1 else kwargs.get("device", kwargs.get("other"))
             if isinstance(target, torch.Tensor):
@@ -145,25 +171,25 @@ class HostCopyMode(TorchFunctionMode):
                 to_host = _is_host_target(target)
             elif isinstance(target, torch.device):
                 if target.type == "cpu" and src.device.type != "cpu":
-                    return None, True  # on an accelerator the dispatch rules see the real copy to the host
+                    return None, _HOST  # on an accelerator the dispatch rules see the real copy to the host
                 to_host = False  # taken for the program's device
             else:
-                return None, not from_device  # a dtype: the tensor stays where it is
-            non_blocking = torch._C._nn._parse_to(*args[1:], **kwargs)[2]
+                return None, (None if from_device else _HOST)  # a dtype: the tensor stays where it is
+            non_blocking = to_non_blocking(args, kwargs)
             if to_host:
-                return ("Tensor.to (device to host)" if from_device and not non_blocking else None), True
+                return ("Tensor.to (device to host)" if from_device and not non_blocking else None), _HOST
             # Host data to the device: blocking unless non_blocking (which CUDA's sync debug mode never flags, even
             # from pageable memory, where the driver stages the copy).
-            return ("Tensor.to (host to device)" if not from_device and not non_blocking else None), False
+            return ("Tensor.to (host to device)" if not from_device and not non_blocking else None), _DEVICE
         if not from_device or src.numel() == 0:
-            return None, False
+            return None, None
         if func is torch.Tensor.tolist:
-            return "Tensor.tolist (device to host)", False
+            return "Tensor.tolist (device to host)", None
         if func is torch.Tensor.numpy:
-            return NUMPY_LABEL, False
+            return NUMPY_LABEL, None
         if func in _FORMATTING:
-            return f"{_FORMATTING[func]} (device to host)", False
-        return None, False
+            return f"{_FORMATTING[func]} (device to host)", None
+        return None, None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 (torch's protocol)
         kwargs = kwargs or {}
@@ -176,19 +202,25 @@ class HostCopyMode(TorchFunctionMode):
                 return func(*args, **kwargs)
             finally:
                 provenance.setitem_value_on_host.pop()
-        label, result_on_host = self._copy_label(func, args, kwargs)
+        label, where = self._copy_label(func, args, kwargs)
         if label is not None:
             self._on_copy(label)
             with provenance.quieted():
                 out = func(*args, **kwargs)
         else:
             out = func(*args, **kwargs)
-        if result_on_host or func in _ALWAYS_HOST:
-            if isinstance(out, torch.Tensor) and args and out is args[0]:
+        same = isinstance(out, torch.Tensor) and bool(args) and out is args[0]
+        if where == _HOST or func in _ALWAYS_HOST:
+            if same:
                 # On a CPU run `.cpu()` returns the tensor itself, but in the CUDA program the copy is another
                 # tensor: hand back an alias, so the copy is host-made and the source stays device data.
                 out = out.view_as(out)
             provenance.add(out)
+        elif where == _DEVICE:
+            if same and provenance.on_host(out):
+                # The other way: `.to(device)` of host data returns it on a CPU run, where the CUDA program holds a
+                # copy on the device; the alias is that copy, and the host tensor stays host-made.
+                out = out.view_as(out)
         elif func in _FACTORIES:
             device = kwargs.get("device")
             if device is None or _is_host_target(device):
@@ -196,3 +228,34 @@ class HostCopyMode(TorchFunctionMode):
         elif provenance.all_on_host((args, kwargs)):
             provenance.add(out)
         return out
+
+
+def eager_stance() -> contextlib.AbstractContextManager[object]:
+    """Run torch.compile'd code eagerly inside the block (`torch.compiler.set_stance("force_eager")`).
+
+    Dynamo does not compile under a non-infra mode, so while a mode of this package is on, compiled code runs as the
+    eager program it counts; torch without `set_stance` (before 2.6) gets a block that changes nothing.
+    """
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
+
+
+def _ignore(_label: str) -> None:
+    return None
+
+
+@contextlib.contextmanager
+def keep_provenance(provenance: Provenance) -> Iterator[Provenance]:
+    """Record which tensors made inside the block are host-made, into `provenance`, counting nothing.
+
+    Compiled code runs eagerly inside (see `eager_stance`). Give the same `provenance` to the counter of the calls
+    that follow (`SyncHazardCounter(provenance=...)`), so what a warm-up call made on the host stays host-made.
+
+    Args:
+        provenance: where the host-made tensors are recorded; it may already hold some.
+
+    Returns:
+        A context manager that yields `provenance`.
+    """
+    with eager_stance(), HostCopyMode(provenance, _ignore):
+        yield provenance

@@ -1,7 +1,7 @@
 """Where each sync hazard is written: the user's source line of every hazard a `SyncHazardCounter` sees.
 
 A hazard's line is the innermost Python frame, at dispatch time, that lies outside torch and outside the suite's
-measuring machinery (this package, the scan command, the test guard, the command line). The suite's family
+measuring machinery (this package, the doctor, the scan command, the test guard, the command line). The suite's family
 modules count as user code, so a scan of a family's variant names lines of that family's module.
 
 Backward ops run inside the autograd engine, where the Python stack shows only the `loss.backward()` call (or,
@@ -29,6 +29,7 @@ import os
 import re
 import sysconfig
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -36,15 +37,19 @@ from types import FrameType
 
 import torch
 
+from pitfalls.probes.hostcopy import Provenance
 from pitfalls.probes.syncs import HazardCounts, SyncHazardCounter
 from pitfalls.rewrites import HazardKind, describe
 
-__all__ = ["CallSite", "HazardLocator", "HazardSite", "LocatedHazards", "SourceLine", "is_user_file"]
+__all__ = [
+    "CallSite", "HazardLocator", "HazardSite", "LocatedHazards", "SourceLine", "is_user_file", "locate_dispatch",
+    "locate_dispatch_stack", "source_line",
+]
 
 _TORCH_DIR = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
 # The measuring machinery: its frames sit between the user's code and torch and are never the answer.
-_MACHINERY_DIRS = (str(_PACKAGE_DIR / "probes") + os.sep,)
+_MACHINERY_DIRS = (str(_PACKAGE_DIR / "probes") + os.sep, str(_PACKAGE_DIR / "doctor") + os.sep)
 _MACHINERY_FILES = frozenset(
     str(_PACKAGE_DIR / name) for name in ("scan.py", "targets.py", "guard.py", "pytest_plugin.py", "cli.py")
 )
@@ -176,7 +181,8 @@ class LocatedHazards:
         return self.counts.total
 
 
-def _source_line(key: _Key | None) -> SourceLine | None:
+def source_line(key: tuple[str, int, str] | None) -> SourceLine | None:
+    """The `SourceLine` of a (path, line, function) key, as `locate_dispatch` gives it; None for None."""
     if key is None:
         return None
     path, lineno, function = key
@@ -203,12 +209,15 @@ def _callers(keys: list[tuple[_Key, bool]]) -> tuple[_Key, ...]:
     return tuple(found)
 
 
-def _stack_frames(frame: FrameType | None) -> tuple[_Key | None, tuple[_Key, ...], bool]:
-    """The innermost user frame from `frame` outwards, its callers, and whether the engine's entry was passed."""
+def _stack_frames(
+    frame: FrameType | None, skip: Collection[str] = ()
+) -> tuple[_Key | None, tuple[_Key, ...], bool]:
+    """The innermost user frame from `frame` outwards (passing over the files in `skip`), its callers, and whether
+    the engine's entry was passed."""
     passed_engine = False
     while frame is not None:
         code = frame.f_code
-        if is_user_file(code.co_filename):
+        if is_user_file(code.co_filename) and code.co_filename not in skip:
             key = (code.co_filename, frame.f_lineno, code.co_name)
             outer: list[tuple[_Key, bool]] = []
             above = frame.f_back
@@ -257,11 +266,16 @@ def locate_dispatch() -> tuple[_Key | None, bool]:
     return key, in_backward
 
 
-def locate_dispatch_stack() -> tuple[_Key | None, tuple[_Key, ...], bool]:
-    """The user's line of the op being dispatched now, the user frames that called it, and whether in backward."""
+def locate_dispatch_stack(skip: Collection[str] = ()) -> tuple[_Key | None, tuple[_Key, ...], bool]:
+    """The user's line of the op being dispatched now, the user frames that called it, and whether in backward.
+
+    Args:
+        skip: files to pass over besides torch and the measuring machinery: a caller that runs inside other Python
+            code (the warnings module, for a warning an op raised) names it.
+    """
     frame = inspect.currentframe()
     try:
-        key, callers, passed_engine = _stack_frames(frame)
+        key, callers, passed_engine = _stack_frames(frame, skip)
     finally:
         del frame  # a frame held in a local would keep every caller's locals alive
     node = _current_autograd_node()
@@ -281,13 +295,15 @@ class HazardLocator:
 
     Args:
         label_ranges: also wrap each hazard call in a profiler range, as `SyncHazardCounter` does.
+        provenance: the host-made tensors known so far, as `SyncHazardCounter` takes them.
 
     Use `.result` after the block. Autograd anomaly mode (without its NaN check) is on inside the block, so
     that backward hazards can be traced to their forward line; it costs time, not syncs.
     """
 
-    def __init__(self, *, label_ranges: bool = False) -> None:
+    def __init__(self, *, label_ranges: bool = False, provenance: Provenance | None = None) -> None:
         self._label_ranges = bool(label_ranges)
+        self._provenance = provenance
         self._sites: Counter[tuple[str, _Key | None, bool, tuple[_Key, ...]]] = Counter()
         self._counter: SyncHazardCounter | None = None
         self._stack: contextlib.ExitStack | None = None
@@ -298,7 +314,8 @@ class HazardLocator:
             # set_detect_anomaly switches the mode on when built, and back to the previous mode on exit.
             stack.enter_context(torch.autograd.set_detect_anomaly(True, check_nan=False))
             self._counter = stack.enter_context(
-                SyncHazardCounter(label_ranges=self._label_ranges, on_hazard=self._record)
+                SyncHazardCounter(label_ranges=self._label_ranges, on_hazard=self._record,
+                                  provenance=self._provenance)
             )
             self._stack = stack.pop_all()  # both stay on past this block; a failure above undoes the first
         return self
@@ -321,10 +338,10 @@ class HazardLocator:
         sites = []
         for (label, key, in_backward), chains in grouped.items():
             call_sites = tuple(
-                CallSite(tuple(line for line in map(_source_line, chain) if line is not None), n)
+                CallSite(tuple(line for line in map(source_line, chain) if line is not None), n)
                 for chain, n in sorted(chains.items(), key=lambda item: (-item[1], item[0]))
             )
-            sites.append(HazardSite(label, _source_line(key), in_backward, sum(chains.values()), call_sites))
+            sites.append(HazardSite(label, source_line(key), in_backward, sum(chains.values()), call_sites))
         sites.sort(key=lambda s: (-s.count, s.line.path if s.line else "", s.line.lineno if s.line else 0, s.label))
         counts = self._counter.result if self._counter is not None else HazardCounts()
         return LocatedHazards(sites=tuple(sites), counts=counts)

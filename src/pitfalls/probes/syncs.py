@@ -57,7 +57,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from pitfalls._checks import check_callable, check_int_at_least
 from pitfalls.probes._cuda import cuda_module
-from pitfalls.probes.hostcopy import HostCopyMode, Provenance
+from pitfalls.probes.hostcopy import HostCopyMode, Provenance, eager_stance
 from pitfalls.probes.result import Unavailable
 
 __all__ = [
@@ -273,27 +273,37 @@ class SyncHazardCounter(TorchDispatchMode):
             range, so a profiler trace shows where the hazards are.
         on_hazard: called with the label of each hazard call, before the call runs, so it can look at the
             Python stack that dispatched it (see `pitfalls.probes.sites`).
+        provenance: the host-made tensors known so far (from `hostcopy.keep_provenance` over a warm-up), read and
+            added to while counting; None starts afresh at each `with`, every tensor made before it taken for
+            the program's device.
 
     Use `.result` after the block. Compiled functions called inside run eagerly (see the module docstring).
     """
 
-    def __init__(self, *, label_ranges: bool = False, on_hazard: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        label_ranges: bool = False,
+        on_hazard: Callable[[str], None] | None = None,
+        provenance: Provenance | None = None,
+    ) -> None:
         super().__init__()
         if on_hazard is not None and not callable(on_hazard):
             raise TypeError(f"on_hazard must be callable or None, got {type(on_hazard).__name__}: {on_hazard!r}")
+        if provenance is not None and not isinstance(provenance, Provenance):
+            raise TypeError(f"provenance must be a Provenance or None, got {type(provenance).__name__}")
         self._label_ranges = bool(label_ranges)
         self._on_hazard = on_hazard
         self._counter: Counter[str] = Counter()
         self._stack: contextlib.ExitStack | None = None
-        self._provenance = Provenance()
+        self._kept = provenance
+        self._provenance = provenance if provenance is not None else Provenance()
 
     def __enter__(self) -> SyncHazardCounter:
         self._counter.clear()
-        self._provenance = Provenance()
+        self._provenance = self._kept if self._kept is not None else Provenance()
         stack = contextlib.ExitStack()
-        set_stance = getattr(torch.compiler, "set_stance", None)
-        if set_stance is not None:
-            stack.enter_context(set_stance("force_eager"))
+        stack.enter_context(eager_stance())
         try:
             super().__enter__()
         except BaseException:

@@ -99,7 +99,7 @@ def calibration_table(rows: Sequence[Row], checks: Sequence[Check]) -> list[Cali
     errors = [r for r in rows if is_calibration_error(r)]
     if not errors:
         return []
-    by_name = {c.name: c for c in checks}
+    by_name = {c.name: c for c in checks if c.published}
     published = dict.fromkeys(str(r.params[CHECK_PARAM]) for r in errors)
     names = list(by_name) + [n for n in published if n not in by_name]
     lines = []

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from rich.console import Console
 
+from pitfalls.argtypes import positive
 from pitfalls.devices import resolve_device
 from pitfalls.scan_loader.deliver import WorkerDied
 from pitfalls.scan_loader.interrupts import raise_if_received, recorded
@@ -43,19 +44,6 @@ def _workers(text: str) -> tuple[int, ...]:
     if not values or min(values) < 0:
         raise argparse.ArgumentTypeError(f"{text!r}: worker counts must be 0 or more")
     return tuple(sorted(set(values)))
-
-
-def _positive(kind: type) -> Any:
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{text!r} is not allowed; it must be more than 0")
-        return value
-
-    return parse
 
 
 def cmd_scan_loader(args: argparse.Namespace, console: Console) -> int:
@@ -110,12 +98,12 @@ def register(commands: Any) -> None:
     parser.add_argument("target", metavar="TARGET", help=TARGET_FORMS)
     parser.add_argument("--step", metavar="STEP", help="your training step, called with one batch on the device")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--budget", type=_positive(float), default=60.0, metavar="SECONDS",
+    parser.add_argument("--budget", type=positive(float), default=60.0, metavar="SECONDS",
                         help="seconds the whole scan may take (default 60)")
     parser.add_argument("--workers", type=_workers, metavar="LIST",
                         help="num_workers values to time, e.g. 0,2,4 (default 0, 1, ... up to the cores)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                         help="where batches are delivered: cpu, cuda or cuda:N (default cuda when present)")
-    parser.add_argument("--batch-size", dest="batch_size", type=_positive(int), default=32,
+    parser.add_argument("--batch-size", dest="batch_size", type=positive(int), default=32,
                         help="batch size when TARGET gives a Dataset (default 32)")
     parser.set_defaults(run=cmd_scan_loader)

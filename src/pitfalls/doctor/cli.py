@@ -1,0 +1,83 @@
+"""`pitfalls doctor [--steps N] [--warmup W] [--scanned S] [--budget SECONDS] [--json] SCRIPT [-- ARGS...]`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+
+from pitfalls.argtypes import positive
+from pitfalls.doctor.options import DEFAULT_BUDGET_S, DEFAULT_SCANNED, DEFAULT_STEPS, DEFAULT_WARMUP, DoctorOptions
+from pitfalls.doctor.render import render
+from pitfalls.doctor.run import run_doctor
+from pitfalls.doctor.script import ScriptError
+
+__all__ = ["cmd_doctor", "register"]
+
+EXIT_INTERRUPTED = 130
+
+
+def _stderr(line: str) -> None:
+    print(f"pitfalls doctor: {line}", file=sys.stderr)
+
+
+def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
+    """Run `pitfalls doctor`; returns the exit status (0; 1 when the script failed; 2 bad input; 130 Ctrl-C)."""
+    script_args = list(args.script_args)
+    if script_args[:1] == ["--"]:
+        script_args = script_args[1:]
+    options = DoctorOptions(warmup=args.warmup, steps=args.steps, scanned=args.scanned, budget_s=args.budget)
+    try:
+        report = run_doctor(args.script, script_args, options, quiet_stdout=args.json)
+    except ScriptError as error:
+        _stderr(str(error))
+        return 2
+    except KeyboardInterrupt:
+        _stderr("interrupted; every worker of the script's loaders is stopped")
+        return EXIT_INTERRUPTED
+    sys.stdout.flush()
+    if args.json:
+        print(json.dumps(report.as_json(), indent=2))
+    else:
+        render(report, console)
+    if report.failure is not None and report.failure.traceback:
+        print(report.failure.traceback, file=sys.stderr, end="")  # the script's own, from its first frame
+    return 1 if report.failure is not None else 0
+
+
+def register(commands: Any) -> None:
+    """Add the `doctor` subcommand to the command line's subparsers."""
+    parser = commands.add_parser(
+        "doctor",
+        help="run your training script for a few steps under every instrument: what slows its step, ranked",
+        description=(
+            "Run SCRIPT unchanged, in this process, as `python SCRIPT ARGS` would (its __name__ is __main__), for "
+            "--warmup steps, then --steps timed steps (step time, the DataLoader's wait, memory), then --scanned "
+            "steps under the sync-hazard counter and the copy recorder (and as many under CUDA's sync debug mode "
+            "where the script uses a GPU); then stop it and report what costs its step, ranked, each with its fix."
+        ),
+        epilog=(
+            "A step ends at the first torch.optim optimizer's step (a script without one: at each DataLoader batch). "
+            "Give the script's own arguments after --. Exit status: 0; 1 when the script raised (or exited with an "
+            "error) before its steps were done, after the report of what was measured; 2 when SCRIPT is missing, "
+            "is not valid Python or runs under torchrun; 130 on Ctrl-C. With --json the script's own output goes "
+            "to stderr."
+        ),
+    )
+    parser.add_argument("--steps", type=positive(int), default=DEFAULT_STEPS,
+                        help=f"timed steps (default {DEFAULT_STEPS})")
+    parser.add_argument("--warmup", type=positive(int), default=DEFAULT_WARMUP,
+                        help=f"steps before timing; the first runs eagerly (default {DEFAULT_WARMUP})")
+    parser.add_argument("--scanned", type=positive(int), default=DEFAULT_SCANNED,
+                        help=f"steps under the hazard counter (default {DEFAULT_SCANNED}: a line run every fifth "
+                             "step reads 0.2)")
+    parser.add_argument("--budget", type=positive(float), default=DEFAULT_BUDGET_S, metavar="SECONDS",
+                        help=f"stop the script after this many seconds wherever it is (default {DEFAULT_BUDGET_S:g})")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("script", metavar="SCRIPT", help="the training script")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="-- ARGS",
+                        help="the script's own arguments")
+    parser.set_defaults(run=cmd_doctor)

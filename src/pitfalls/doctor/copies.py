@@ -1,0 +1,131 @@
+"""Copies between host and device during the scanned steps: bytes, direction, pinned or pageable, blocking or not.
+
+A `TorchFunctionMode` on top of the hazard counter's own modes sees each copy at the Python call the script wrote
+(`.to`, `.cuda`, `.cpu`, `.tolist`, `copy_`, `torch.tensor(..., device=...)`) and compares where its source and
+its result live. On a GPU run that is their devices. On a CPU run every tensor is on the CPU, and where the GPU
+program would hold it is the counter's provenance (`pitfalls.probes.hostcopy.Provenance`): host-made tensors
+(a DataLoader's batches among them) are on the host, the rest on the device.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten
+
+from pitfalls.probes.hostcopy import Provenance, to_non_blocking
+from pitfalls.probes.sites import SourceLine, locate_dispatch, source_line
+
+__all__ = ["CopyRecorder", "CopySite", "DEVICE_TO_HOST", "HOST_TO_DEVICE"]
+
+HOST_TO_DEVICE = "host to device"
+DEVICE_TO_HOST = "device to host"
+
+_MOVES = {torch.Tensor.to: "Tensor.to", torch.Tensor.cuda: "Tensor.cuda", torch.Tensor.cpu: "Tensor.cpu"}
+_FROM_DATA = {torch.tensor: "torch.tensor", torch.as_tensor: "torch.as_tensor", torch.asarray: "torch.asarray"}
+
+
+@dataclass(frozen=True)
+class CopySite:
+    """The copies of one kind made at one line over the scanned steps.
+
+    Attributes:
+        line: the script's line, or None when no frame outside torch made them.
+        call: the call, e.g. "Tensor.to".
+        direction: `HOST_TO_DEVICE` or `DEVICE_TO_HOST`.
+        pinned: the host side was page-locked memory.
+        blocking: the host waited for the copy (no ``non_blocking=True``, or a call that always waits).
+        count: copies over the scanned steps.
+        bytes: bytes over the scanned steps.
+    """
+
+    line: SourceLine | None
+    call: str
+    direction: str
+    pinned: bool
+    blocking: bool
+    count: int
+    bytes: int
+
+
+def _bytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+def _pinned(tensor: torch.Tensor) -> bool:
+    # is_pinned asks the accelerator; a CPU build answers False.
+    return tensor.device.type == "cpu" and bool(tensor.is_pinned())
+
+
+class CopyRecorder(TorchFunctionMode):
+    """Record each copy between host and device made inside the block, at the script's line.
+
+    Args:
+        provenance: the counter's host-made tensors (read on a CPU run).
+        real_devices: the run has an accelerator: a tensor is on the host when it is on the CPU.
+    """
+
+    def __init__(self, provenance: Provenance, real_devices: bool) -> None:
+        super().__init__()
+        self._provenance = provenance
+        self._real = real_devices
+        self._seen: Counter[tuple[tuple[str, int, str] | None, str, str, bool, bool]] = Counter()
+        self._bytes: Counter[tuple[tuple[str, int, str] | None, str, str, bool, bool]] = Counter()
+
+    def _on_host(self, tensor: torch.Tensor) -> bool:
+        if tensor.device.type != "cpu":
+            return False
+        return self._real or self._provenance.on_host(tensor)
+
+    def _record(self, call: str, direction: str, host: torch.Tensor, nbytes: int, blocking: bool) -> None:
+        key = (locate_dispatch()[0], call, direction, _pinned(host), blocking)
+        self._seen[key] += 1
+        self._bytes[key] += nbytes
+
+    def _moved(self, call: str, args: tuple, kwargs: dict, src_on_host: bool, out: object) -> None:
+        if not isinstance(out, torch.Tensor) or out.device.type == "meta":
+            return
+        src = args[0]
+        out_on_host = self._on_host(out)
+        if src_on_host == out_on_host:
+            return
+        blocking = call == "Tensor.cpu" or not to_non_blocking(args, kwargs)
+        if src_on_host:
+            self._record(call, HOST_TO_DEVICE, src, _bytes(src), blocking)
+        else:
+            self._record(call, DEVICE_TO_HOST, out, _bytes(src), blocking)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 (torch's protocol)
+        kwargs = kwargs or {}
+        src = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        src_on_host = src is not None and self._on_host(src)
+        out = func(*args, **kwargs)
+        if func in _MOVES and src is not None:
+            self._moved(_MOVES[func], args, kwargs, src_on_host, out)
+        elif func is torch.Tensor.tolist and src is not None and not src_on_host and src.numel():
+            self._record("Tensor.tolist", DEVICE_TO_HOST, src, _bytes(src), True)
+        elif func is torch.Tensor.copy_ and src is not None and len(args) > 1 and isinstance(args[1], torch.Tensor):
+            source = args[1]
+            source_on_host = self._on_host(source)
+            if source_on_host != src_on_host:
+                direction = HOST_TO_DEVICE if source_on_host else DEVICE_TO_HOST
+                host = source if source_on_host else src
+                self._record("Tensor.copy_", direction, host, _bytes(source), not to_non_blocking(args, kwargs))
+        elif func in _FROM_DATA and isinstance(out, torch.Tensor) and not self._on_host(out):
+            data = [leaf for leaf in tree_flatten(args[:1])[0] if isinstance(leaf, torch.Tensor)]
+            if not data or all(self._on_host(t) for t in data):
+                self._record(_FROM_DATA[func], HOST_TO_DEVICE, data[0] if data else out, _bytes(out), True)
+        return out
+
+    @property
+    def sites(self) -> tuple[CopySite, ...]:
+        """The copies by line and kind, the most bytes first."""
+        found = [
+            CopySite(source_line(key), call, direction, pinned, blocking, count, self._bytes[
+                (key, call, direction, pinned, blocking)])
+            for (key, call, direction, pinned, blocking), count in self._seen.items()
+        ]
+        return tuple(sorted(found, key=lambda site: (-site.bytes, site.call)))

@@ -1,0 +1,216 @@
+"""The findings of a run, one per cost of the step, each with its fix; built from what the phases measured.
+
+- **loader**: the wait in ``next()`` per timed step, with the loader family's verdict (`families.loader.verdict`).
+- **sync**: each hazard line of the scanned steps (`pitfalls.probes.sites`), per step, with the rewrite
+  `pitfalls scan` gives and, for a line inside a helper, the step's lines that call it; on a GPU its measured
+  stall, on a CPU "cost not measurable on a CPU". Blocking copies between host and device are syncs.
+- **copy**: each non-blocking copy, its bytes per step; on a GPU bytes over the bandwidth measured there.
+- **compile**: each graph break at its line, with dynamo's reason and hint (its cost per step is not measured);
+  each recompile during the timed steps, with what compiling cost per step.
+- **memory**: the batch's bytes against its smallest lossless dtypes (`scan_loader.anatomy`); on a GPU the copy
+  time the smaller batch would save.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+
+from pitfalls.doctor.compiles import GraphBreakSite, Recompile
+from pitfalls.doctor.copies import HOST_TO_DEVICE, CopySite
+from pitfalls.doctor.gpu import Bandwidth
+from pitfalls.doctor.phases import Timed
+from pitfalls.doctor.report import CopyRow, Finding, LoaderFigures
+from pitfalls.families.loader.verdict import Verdict
+from pitfalls.probes.sites import HazardSite, LocatedHazards, SourceLine
+from pitfalls.scan_loader.advice import human
+from pitfalls.scan_loader.anatomy import Anatomy
+
+__all__ = [
+    "NO_CPU_COST", "compile_findings", "copy_findings", "copy_rows", "loader_figures", "loader_finding",
+    "memory_findings", "sync_findings",
+]
+
+NO_CPU_COST = "cost not measurable on a CPU"
+_NO_WORKERS_FIX = ("load the next batches while the step runs: DataLoader(num_workers > 0, "
+                   "persistent_workers=True, pin_memory=True) with .to(device, non_blocking=True); `pitfalls "
+                   "scan-loader` times each setting on this loader")
+_WORKERS_FIX = ("its {workers} workers do not keep up: more workers (up to the cores), less work per item (decode "
+                "and resize once, before training), smaller dtypes; `pitfalls scan-loader` times each setting on this "
+                "loader")
+_STEP_BOUND_FIX = "nothing to change here: the loader keeps up with the step (step-bound)"
+_RECOMPILE_FIX = ("give the changing size one value (pad or drop the last partial batch), or compile it dynamic: "
+                  "torch._dynamo.mark_dynamic(x, dim) or torch.compile(..., dynamic=True)")
+_BREAK_FIX = "rewrite the line so dynamo can trace it, or move it out of the compiled function"
+
+
+def _where(line: SourceLine | None) -> tuple[str | None, int | None, str]:
+    return (line.path, line.lineno, line.code) if line is not None else (None, None, "")
+
+
+def loader_figures(timed: Timed, anatomy: Anatomy | None) -> LoaderFigures | None:
+    """The loader's figures over the timed steps, or None when they took no batch."""
+    if not timed.step_s or sum(timed.batches) == 0:
+        return None
+    step_s, wait_s = statistics.fmean(timed.step_s), statistics.fmean(timed.wait_s)
+    verdict = Verdict(sum(timed.wait_s) / sum(timed.step_s), step_s, wait_s, timed.workers)
+    tensors = tuple(
+        {"tensor": t.path, "shape": list(t.shape), "dtype": t.dtype, "bytes": t.bytes,
+         "smallest_lossless": t.smaller_dtype, "bytes_then": t.bytes_if_smaller, "how": t.how}
+        for t in (anatomy.tensors if anatomy is not None else ())
+    )
+    return LoaderFigures(
+        wait_share=verdict.wait_share, ms_per_step=wait_s * 1e3, verdict=verdict.bound,
+        batch_bytes=anatomy.bytes_per_batch if anatomy is not None else None,
+        batches_per_step=statistics.fmean(timed.batches), workers=timed.workers, anatomy=tensors,
+    )
+
+
+def loader_finding(figures: LoaderFigures, line: SourceLine | None) -> Finding:
+    """The loader's wait as a finding."""
+    path, lineno, code = _where(line)
+    bound = figures.verdict == "loader-bound"
+    return Finding(
+        kind="loader",
+        title=f"the DataLoader: waits {figures.ms_per_step:.3g} ms a step in next() ({figures.wait_share:.0%} of "
+              f"the step): {figures.verdict}",
+        path=path, line=lineno, code=code, per_step=figures.batches_per_step, call_sites=(),
+        ms_per_step=figures.ms_per_step, cost="measured: the wait in next() over the timed steps",
+        fix=(_STEP_BOUND_FIX if not bound else _WORKERS_FIX.format(workers=figures.workers) if figures.workers
+             else _NO_WORKERS_FIX),
+    )
+
+
+def _call_sites(site: HazardSite, step_functions: frozenset[tuple[str, str]]) -> tuple[tuple[str, int], ...]:
+    """The step's lines that reach a hazard inside a helper (none when the hazard is in the step itself)."""
+    if site.line is None or (site.line.path, site.line.function) in step_functions:
+        return ()
+    counts: Counter[tuple[str, int]] = Counter()
+    for call in site.call_sites:
+        if not call.frames:
+            continue
+        in_step = [f for f in call.frames if (f.path, f.function) in step_functions]
+        frame = in_step[0] if in_step else call.frames[0]
+        counts[(frame.path, frame.lineno)] += call.count
+    return tuple(where for where, _ in counts.most_common())
+
+
+def sync_findings(located: LocatedHazards | None, steps: int, step_functions: frozenset[tuple[str, str]],
+                  stalls: dict[tuple[str, int], float] | None) -> list[Finding]:
+    """Each hazard line of the scanned steps as a finding; ``stalls`` (ms per step by line) on a GPU."""
+    if located is None or steps == 0:
+        return []
+    per_line: Counter[tuple[str, int]] = Counter()
+    for site in located.sites:
+        if site.line is not None:
+            per_line[(site.line.path, site.line.lineno)] += site.count
+    found = []
+    for site in located.sites:
+        path, lineno, code = _where(site.line)
+        key = (path or "", lineno or 0)
+        if stalls is None:
+            ms, cost = None, NO_CPU_COST
+        else:
+            # A line's stall is timed as a whole; its hazards of several kinds share it by count.
+            ms = stalls.get(key, 0.0) * site.count / per_line[key] if per_line[key] else stalls.get(key, 0.0)
+            cost = "measured: the host's wait in the syncing call on the GPU"
+        kind = site.kind
+        found.append(Finding(
+            kind="sync", title=kind.op, path=path, line=lineno, code=code,
+            per_step=site.count / steps, call_sites=_call_sites(site, step_functions), ms_per_step=ms, cost=cost,
+            fix=kind.rewrite,
+        ))
+    return found
+
+
+def copy_rows(copies: Sequence[CopySite], steps: int) -> tuple[CopyRow, ...]:
+    """Every copy of the scanned steps, per step."""
+    if steps == 0:
+        return ()
+    return tuple(
+        CopyRow(*_where(site.line)[:2], site.call, site.direction, site.pinned, site.blocking, site.count / steps,
+                site.bytes / steps)
+        for site in copies
+    )
+
+
+def copy_findings(copies: Sequence[CopySite], steps: int, bandwidth: Bandwidth | None, no_gpu: str) -> list[Finding]:
+    """Each non-blocking copy as a finding (a blocking one is a sync, found by the hazard counter); ``no_gpu`` says
+    why its cost is not measured when ``bandwidth`` is None."""
+    found = []
+    for site in copies:
+        if site.blocking or steps == 0:
+            continue
+        path, lineno, code = _where(site.line)
+        per_step = site.bytes / steps
+        memory = "pinned" if site.pinned else "pageable"
+        if bandwidth is None:
+            ms, cost = None, f"not measured: {no_gpu}"
+        else:
+            ms = per_step / bandwidth.rate(site.direction, site.pinned) * 1e3
+            cost = f"estimated: bytes over the {memory} {site.direction} bandwidth measured on the device"
+        if site.pinned:
+            fix = "copy fewer bytes (smaller dtypes, see memory) or overlap the copy with the step's work"
+        elif site.direction == HOST_TO_DEVICE:
+            fix = ("pin the host memory (DataLoader(pin_memory=True), or .pin_memory()): from pageable memory the "
+                   "driver stages a non-blocking copy and it does not overlap the step")
+        else:
+            fix = "copy into a pinned buffer (torch.empty(..., pin_memory=True)) so the copy overlaps the step"
+        found.append(Finding(
+            kind="copy", title=f"{site.direction} copy of {human(per_step)} a step ({site.call}, {memory}, "
+                               "non-blocking)",
+            path=path, line=lineno, code=code, per_step=site.count / steps, call_sites=(), ms_per_step=ms,
+            cost=cost, fix=fix,
+        ))
+    return found
+
+
+def compile_findings(breaks: Sequence[GraphBreakSite], recompiles: Sequence[Recompile], timed: Timed,
+                     line_code: dict[tuple[str, int], str]) -> list[Finding]:
+    """Each graph break, and each recompile met during the timed steps, as a finding."""
+    found = [
+        Finding(kind="compile", title=f"graph break: {b.reason}", path=b.path, line=b.line,
+                code=line_code.get((b.path, b.line), ""), per_step=None, call_sites=(), ms_per_step=None,
+                cost="not measured: what a break costs a step needs the step without it",
+                fix=b.hint or _BREAK_FIX)
+        for b in breaks
+    ]
+    steps = len(timed.step_s)
+    if timed.began is None or timed.ended is None or steps == 0:
+        return found
+    began, ended = timed.began, timed.ended
+    during: dict[tuple[str, str, str], list[Recompile]] = {}
+    for r in recompiles:
+        if began <= r.started <= ended:
+            during.setdefault((r.function, r.path, r.reason), []).append(r)
+    for (function, path, reason), seen in during.items():
+        found.append(Finding(
+            kind="compile", title=f"recompile of {function}: {reason}", path=path, line=None, code="",
+            per_step=len(seen) / steps, call_sites=(), ms_per_step=sum(r.seconds for r in seen) * 1e3 / steps,
+            cost="measured: compile seconds during the timed steps", fix=_RECOMPILE_FIX))
+    return found
+
+
+def memory_findings(anatomy: Anatomy | None, batches_per_step: float, line: SourceLine | None,
+                    bandwidth: Bandwidth | None, no_gpu: str) -> list[Finding]:
+    """The batch's bytes against its smallest lossless dtypes, when they are fewer."""
+    if anatomy is None or anatomy.bytes_if_smaller >= anatomy.bytes_per_batch:
+        return []
+    path, lineno, code = _where(line)
+    saved = (anatomy.bytes_per_batch - anatomy.bytes_if_smaller) * batches_per_step
+    changes = ", ".join(f"{t.path} {t.dtype} -> {t.smaller_dtype}" for t in anatomy.tensors
+                        if t.bytes_if_smaller < t.bytes)
+    if bandwidth is None:
+        ms, cost = None, f"not measured: {no_gpu}"
+    else:
+        ms = saved / bandwidth.rate(HOST_TO_DEVICE, False) * 1e3
+        cost = "estimated: the bytes saved over the pageable host-to-device bandwidth measured on the device"
+    return [Finding(
+        kind="memory",
+        title=f"the batch ships {human(anatomy.bytes_per_batch)}; {human(anatomy.bytes_if_smaller)} in its "
+              "smallest lossless dtypes",
+        path=path, line=lineno, code=code, per_step=batches_per_step, call_sites=(), ms_per_step=ms, cost=cost,
+        fix=f"ship smaller dtypes ({changes}) and convert on the device",
+    )]
+

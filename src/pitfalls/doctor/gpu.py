@@ -1,0 +1,165 @@
+"""What only a GPU can tell: each line's real syncs, what each sync stalls, and the copy bandwidth.
+
+During the GPU steps (after the scanned ones, only where the script itself initialized CUDA):
+
+- **real syncs by line**: PyTorch's sync debug mode (`torch.cuda.set_sync_debug_mode("warn")`) warns at every
+  synchronizing CUDA call; a `warnings.showwarning` of the doctor's own places each warning at the script's line,
+  by the stack outside torch, the warnings module and the doctor (a backward op at the forward line that built it,
+  autograd's anomaly mode on, as the hazard counter does);
+- **the stall of each sync**: a dispatch mode times, on the host, every op that is a sync hazard
+  (`pitfalls.probes.syncs.hazard_label`) and touches a CUDA tensor: the time the host spends in it is the wait for
+  the device's queue to drain plus the copy that ends it, by line;
+- compiled code runs eagerly, as it does under the hazard counter, so both read the same program.
+
+The copy bandwidth (host to device and back, pinned and pageable) is timed on the device with CUDA events once the
+script has stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+import warnings
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from pitfalls.probes.hostcopy import eager_stance
+from pitfalls.probes.sites import locate_dispatch, locate_dispatch_stack
+from pitfalls.probes.syncs import CUDA_SYNC_WARNING, hazard_label
+
+__all__ = ["BANDWIDTH_BYTES", "Bandwidth", "RealSyncs", "copy_bandwidth"]
+
+# 64 MiB: large enough that a copy's fixed latency is a few percent of it.
+BANDWIDTH_BYTES = 64 << 20
+_Key = tuple[str, int, str]
+
+
+def _touches_cuda(args: tuple, kwargs: dict[str, Any]) -> bool:
+    return any(isinstance(leaf, torch.Tensor) and leaf.device.type == "cuda"
+               for leaf in tree_flatten((args, kwargs))[0])
+
+
+class _StallMode(TorchDispatchMode):
+    """Time, on the host, each sync-hazard op on CUDA tensors, by the script's line."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        super().__init__()
+        self._clock = clock
+        self.seconds: defaultdict[_Key | None, float] = defaultdict(float)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 (torch's protocol)
+        kwargs = kwargs or {}
+        if hazard_label(func, args, kwargs) is None or not _touches_cuda(args, kwargs):
+            return func(*args, **kwargs)
+        began = self._clock()
+        out = func(*args, **kwargs)
+        self.seconds[locate_dispatch()[0]] += self._clock() - began
+        return out
+
+
+class RealSyncs:
+    """Count real CUDA syncs and time each hazard's stall by line, over the block (see the module docstring).
+
+    Args:
+        clock: seconds as a float.
+        cuda: the `torch.cuda`-like module whose sync debug mode is set (tests pass a fake); None: `torch.cuda`.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter, cuda: Any = None) -> None:
+        self._clock = clock
+        self._cuda = cuda if cuda is not None else torch.cuda
+        self.syncs: Counter[_Key | None] = Counter()
+        self._stall = _StallMode(clock)
+        self._stack: contextlib.ExitStack | None = None
+        self._previous_mode: Any = None
+        self._passed_on: Callable[..., None] = warnings.showwarning
+
+    def _show(self, message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
+              line: str | None = None) -> None:
+        if CUDA_SYNC_WARNING in str(message):
+            # The warnings module calls this: its frames are not the script's. A backward op's warning comes from
+            # autograd's thread, with no Python frame above it: its line is the forward one that built it.
+            key, _, _ = locate_dispatch_stack(skip=(warnings.__file__,))
+            self.syncs[key] += 1
+            return
+        self._passed_on(message, category, filename, lineno, file, line)
+
+    def __enter__(self) -> RealSyncs:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(eager_stance())
+            stack.enter_context(torch.autograd.set_detect_anomaly(True, check_nan=False))
+            stack.enter_context(warnings.catch_warnings())
+            self._passed_on = warnings.showwarning
+            warnings.filterwarnings("always", message=f".*{CUDA_SYNC_WARNING}")
+            warnings.showwarning = self._show
+            stack.enter_context(self._stall)
+            self._previous_mode = self._cuda.get_sync_debug_mode()
+            self._cuda.set_sync_debug_mode("warn")
+            stack.callback(self._cuda.set_sync_debug_mode, self._previous_mode)
+            self._stack = stack.pop_all()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._stack is not None:
+            stack, self._stack = self._stack, None
+            stack.close()
+
+    def per_line(self, steps: int) -> dict[tuple[str, int], tuple[float, float]]:
+        """{(path, line): (real syncs per step, stall ms per step)} over ``steps`` steps."""
+        found: dict[tuple[str, int], tuple[float, float]] = {}
+        for key in set(self.syncs) | set(self._stall.seconds):
+            where = (key[0], key[1]) if key is not None else ("", 0)
+            syncs, stall = found.get(where, (0.0, 0.0))
+            found[where] = (syncs + self.syncs.get(key, 0) / steps,
+                            stall + self._stall.seconds.get(key, 0.0) * 1e3 / steps)
+        return found
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    """Copy bandwidth measured on the device, bytes per second, by (direction, pinned)."""
+
+    device: str
+    rates: tuple[tuple[str, bool, float], ...]
+
+    def rate(self, direction: str, pinned: bool) -> float:
+        """Bytes per second of one kind of copy."""
+        return next(rate for d, p, rate in self.rates if d == direction and p == pinned)
+
+
+def copy_bandwidth(device: torch.device, nbytes: int = BANDWIDTH_BYTES, repeats: int = 3) -> Bandwidth:
+    """Time copies of ``nbytes`` both ways, pinned and pageable, with CUDA events (the median of ``repeats``).
+
+    Args:
+        device: a CUDA device the script has initialized.
+        nbytes: bytes per copy.
+        repeats: timed copies per kind, after one untimed.
+
+    Returns:
+        The `Bandwidth`.
+    """
+    from pitfalls.doctor.copies import DEVICE_TO_HOST, HOST_TO_DEVICE
+
+    on_device = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    rates = []
+    for pinned in (False, True):
+        host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
+        for direction, copy in ((HOST_TO_DEVICE, lambda h=host: on_device.copy_(h, non_blocking=True)),
+                                (DEVICE_TO_HOST, lambda h=host: h.copy_(on_device, non_blocking=True))):
+            times = []
+            for _ in range(repeats + 1):
+                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                begin.record()
+                copy()
+                end.record()
+                end.synchronize()
+                times.append(begin.elapsed_time(end) / 1e3)
+            rates.append((direction, pinned, nbytes / statistics.median(times[1:])))
+    return Bandwidth(str(device), tuple(rates))

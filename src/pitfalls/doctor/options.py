@@ -1,0 +1,50 @@
+"""What a doctor run is asked for: its phases' step counts and its wall-time budget."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["DEFAULT_BUDGET_S", "DEFAULT_SCANNED", "DEFAULT_STEPS", "DEFAULT_WARMUP", "DoctorOptions"]
+
+DEFAULT_WARMUP = 3
+DEFAULT_STEPS = 10
+# Five: a line run every fifth step reads 0.2 per step, whichever step the scan starts on.
+DEFAULT_SCANNED = 5
+DEFAULT_BUDGET_S = 300.0
+
+
+def _check_count(name: str, value: object, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name}={value!r} is not allowed; it must be an int >= {least}")
+
+
+@dataclass(frozen=True)
+class DoctorOptions:
+    """The steps of each phase and the budget of one run.
+
+    Attributes:
+        warmup: steps before anything is timed (>= 1). The first runs eagerly while the tensors it makes on the
+            host are recorded (an optimizer's host-side step count), so torch.compile compiles from the second.
+        steps: timed steps (>= 1): step time, the loader's wait, memory.
+        scanned: steps under the hazard counter and the copy recorder (>= 1); on a GPU as many again under the
+            sync debug mode.
+        budget_s: wall seconds after which the script is stopped wherever it is (> 0).
+    """
+
+    warmup: int = DEFAULT_WARMUP
+    steps: int = DEFAULT_STEPS
+    scanned: int = DEFAULT_SCANNED
+    budget_s: float = DEFAULT_BUDGET_S
+
+    def __post_init__(self) -> None:
+        _check_count("warmup", self.warmup, 1)
+        _check_count("steps", self.steps, 1)
+        _check_count("scanned", self.scanned, 1)
+        budget = self.budget_s
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
+            raise ValueError(f"budget_s={budget!r} is not allowed; it must be a number of seconds > 0")
+
+    @property
+    def cpu_steps(self) -> int:
+        """The steps a run takes without a GPU: warm-up, timed and scanned."""
+        return self.warmup + self.steps + self.scanned

@@ -1,0 +1,238 @@
+"""The phases of a run, each with its own instruments, so that none disturbs another's figure.
+
+1. **warm-up** (W steps): nothing is measured. The first step runs eagerly while the tensors it makes on the host
+   are recorded (`keep_provenance`: an optimizer's host-side step count is made there); torch.compile compiles
+   from the second step on.
+2. **timed** (N steps): each step's wall time, the wait in the DataLoader's ``next()`` within it, and memory: the
+   CUDA allocator's peak per step where the script initialized CUDA (each step synchronized at its end, as the
+   loader family times its steps), else the process group's (this process and its loader workers, sampled by
+   `pitfalls.probes.group_memory` every 50 ms).
+3. **scanned** (S steps): the hazard counter by line (`HazardLocator`, fed the provenance of step 1) and the copy
+   recorder; compiled code runs eagerly.
+4. **GPU** (S steps, only where the script initialized CUDA): real syncs by line and their stalls (`gpu.RealSyncs`).
+
+The loader's own work (and its workers' start) runs with no instrument on; its batches are host-made tensors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_map
+
+from pitfalls.doctor.copies import CopyRecorder, CopySite
+from pitfalls.doctor.gpu import RealSyncs
+from pitfalls.doctor.options import DoctorOptions
+from pitfalls.doctor.steps import StopRun
+from pitfalls.probes.group_memory import GroupMemory, GroupMemorySampler
+from pitfalls.probes.hostcopy import Provenance, keep_provenance
+from pitfalls.probes.result import Unavailable
+from pitfalls.probes.sites import HazardLocator, LocatedHazards
+
+__all__ = ["ANATOMY_BATCHES", "DONE", "GPU", "MEMORY_INTERVAL_S", "SCANNED", "SETUP", "TIMED", "WARMUP", "Phases",
+           "Timed"]
+
+SETUP, WARMUP, TIMED, SCANNED, GPU, DONE = "setup", "warm-up", "timed", "scanned", "gpu", "done"
+# Reading every process's memory map costs the step time it shares the cores with: 50 ms, as scan-loader samples.
+MEMORY_INTERVAL_S = 0.05
+# Batches kept (copied) from the scanned steps for the batch's anatomy.
+ANATOMY_BATCHES = 3
+# The phases' instruments that watch torch calls, by the names `Phases._enter` gives them.
+_MODES = ("keep", "locator", "real")
+
+
+@dataclass
+class Timed:
+    """What the timed steps measured (filled as they run).
+
+    Attributes:
+        step_s: each step's wall seconds.
+        wait_s: each step's seconds waiting in a DataLoader's ``next()``.
+        batches: each step's batches.
+        workers: the most workers of a loader that delivered a batch.
+        began: wall time (`time.time()`) the phase began; None if it never did.
+        ended: wall time it ended.
+        group_memory: the process group's memory over the phase (a CPU run).
+        cuda_peaks: the CUDA allocator's peak of each step, bytes (a run on CUDA).
+    """
+
+    step_s: list[float] = field(default_factory=list)
+    wait_s: list[float] = field(default_factory=list)
+    batches: list[int] = field(default_factory=list)
+    workers: int = 0
+    began: float | None = None
+    ended: float | None = None
+    group_memory: GroupMemory | Unavailable | None = None
+    cuda_peaks: list[int] = field(default_factory=list)
+
+
+def _cuda() -> bool:
+    # is_initialized, never is_available: nothing of CUDA starts before the script starts it.
+    return bool(torch.cuda.is_initialized())
+
+
+def _copy(batch: Any) -> Any:
+    return tree_map(lambda leaf: leaf.detach().clone() if isinstance(leaf, torch.Tensor) else leaf, batch)
+
+
+class Phases:
+    """Move a run through its phases at each step's end, entering and leaving each phase's instruments.
+
+    Args:
+        options: the steps of each phase.
+        clock: seconds as a float, for step times.
+        wall: wall time, as compilation metrics stamp it.
+    """
+
+    def __init__(self, options: DoctorOptions, clock: Callable[[], float] = time.perf_counter,
+                 wall: Callable[[], float] = time.time) -> None:
+        self.options = options
+        self._clock = clock
+        self._wall = wall
+        self.phase = SETUP
+        self.provenance = Provenance()
+        self.timed = Timed()
+        self.located: LocatedHazards | None = None
+        self.scanned_steps = 0
+        self.copies: tuple[CopySite, ...] = ()
+        self.real: RealSyncs | None = None
+        self.gpu_steps = 0
+        self.on_cuda = False
+        self.anatomy_batches: list[Any] = []
+        self.first_step_s: float | None = None
+        self.began = clock()
+        self._stack: contextlib.ExitStack | None = None
+        self._instruments: dict[str, Any] = {}
+        self._last = 0.0
+        self._wait = 0.0
+        self._batches = 0
+        o = options
+        self._timed_from, self._scan_from = o.warmup, o.warmup + o.steps
+        self._scan_to = self._scan_from + o.scanned
+        self._gpu_to = self._scan_to + o.scanned
+
+    # -- what the loader watch asks -----------------------------------------------------------------------------
+
+    def instruments_on(self) -> bool:
+        """Whether an instrument that watches torch calls (a torch function or dispatch mode) is on now."""
+        return any(name in self._instruments for name in _MODES)
+
+    def batch_arrived(self, seconds: float, workers: int, batch: Any) -> None:
+        """A batch came out of a DataLoader after ``seconds`` in ``next()``."""
+        if self.phase == TIMED:
+            self._wait += seconds
+            self._batches += 1
+            self.timed.workers = max(self.timed.workers, workers)
+        if self.instruments_on():
+            self.provenance.add(batch)  # made by the loader on the host, as on a GPU
+        if self.phase == SCANNED and len(self.anatomy_batches) < ANATOMY_BATCHES:
+            self.anatomy_batches.append(_copy(batch))
+
+    # -- the phases -----------------------------------------------------------------------------------------------
+
+    def _enter(self, **instruments: Any) -> None:
+        with contextlib.ExitStack() as stack:
+            self._instruments = {name: stack.enter_context(cm) for name, cm in instruments.items()}
+            self._stack = stack.pop_all()
+
+    def _leave(self) -> dict[str, Any]:
+        stack, instruments = self._stack, self._instruments
+        self._stack, self._instruments = None, {}
+        if stack is not None:
+            stack.close()
+        return instruments
+
+    def first_step_started(self) -> None:
+        """The script's first step starts: it runs eagerly while its host-made tensors are recorded."""
+        self.phase = WARMUP
+        self._enter(keep=keep_provenance(self.provenance))
+
+    def _start_timed(self) -> None:
+        self.phase = TIMED
+        self.on_cuda = _cuda()
+        self.timed.began = self._wall()
+        if self.on_cuda:
+            torch.cuda.reset_peak_memory_stats()
+        else:
+            self._enter(memory=GroupMemorySampler(os.getpid(), interval_s=MEMORY_INTERVAL_S))
+        self._wait, self._batches = 0.0, 0
+
+    def _timed_step(self) -> None:
+        self.timed.step_s.append(self._clock() - self._last)
+        self.timed.wait_s.append(self._wait)
+        self.timed.batches.append(self._batches)
+        self._wait, self._batches = 0.0, 0
+        if self.on_cuda:
+            self.timed.cuda_peaks.append(int(torch.cuda.max_memory_allocated()))
+            torch.cuda.reset_peak_memory_stats()
+
+    def _stop_timed(self) -> None:
+        self.timed.ended = self._wall()
+        sampler = self._leave().get("memory")
+        if isinstance(sampler, GroupMemorySampler):
+            self.timed.group_memory = sampler.result
+
+    def _start_scan(self) -> None:
+        self.phase = SCANNED
+        self.on_cuda = _cuda()
+        self._enter(locator=HazardLocator(provenance=self.provenance),
+                    copies=CopyRecorder(self.provenance, real_devices=self.on_cuda))
+
+    def _stop_scan(self, steps: int) -> None:
+        instruments = self._leave()
+        self.scanned_steps = steps
+        self.located = instruments["locator"].result
+        self.copies = instruments["copies"].sites
+
+    def _start_gpu(self) -> None:
+        self.phase = GPU
+        self._enter(real=RealSyncs(self._clock))
+
+    def _stop_gpu(self, steps: int) -> None:
+        self.real = self._leave()["real"]
+        self.gpu_steps = steps
+
+    def step_ended(self, steps: int) -> None:
+        """``steps`` steps are done: record, move on, or stop the run with `StopRun`."""
+        if self.phase == TIMED and self.on_cuda:
+            torch.cuda.synchronize()  # the step's device work is part of its time
+        now = self._clock()
+        if steps == 1:
+            self.first_step_s = now - self.began
+            self._leave()  # the first step's provenance is kept; the warm-up goes on without instruments
+        if self.phase == TIMED:
+            self._timed_step()
+        if steps == self._timed_from:
+            self._start_timed()
+        if steps == self._scan_from:
+            self._stop_timed()
+            self._start_scan()
+        if steps == self._scan_to:
+            self._stop_scan(self.options.scanned)
+            if not _cuda():
+                self.phase = DONE
+                raise StopRun(f"its {steps} steps are done")
+            self._start_gpu()
+        if steps == self._gpu_to:
+            self._stop_gpu(self.options.scanned)
+            self.phase = DONE
+            raise StopRun(f"its {steps} steps are done")
+        self._last = self._clock()
+
+    def finish(self, steps: int) -> None:
+        """Leave whatever phase a stopped or failed run was in, keeping what it measured over its whole steps."""
+        if self.phase == TIMED:
+            self._stop_timed()
+        elif self.phase == SCANNED:
+            self._stop_scan(max(steps - self._scan_from, 0))
+        elif self.phase == GPU:
+            self._stop_gpu(max(steps - self._scan_to, 0))
+        else:
+            self._leave()
+        self.phase = DONE

@@ -1,0 +1,128 @@
+"""`pitfalls doctor`'s report as text: the ranked findings, then each phase's figures and what was not measured."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from pitfalls.doctor.report import DoctorReport, Finding
+from pitfalls.scan_loader.advice import human
+
+__all__ = ["render"]
+
+
+def _shown(path: str, bases: tuple[Path, ...]) -> str:
+    """A path relative to the first of ``bases`` that holds it, else as it is."""
+    resolved = Path(path).resolve()
+    for base in bases:
+        if resolved.is_relative_to(base):
+            return str(resolved.relative_to(base))
+    return path
+
+
+def _where(path: str | None, line: int | None, bases: tuple[Path, ...]) -> str:
+    if path is None:
+        return "-"
+    shown = _shown(path, bases)
+    return f"{shown}:{line}" if line is not None else shown
+
+
+def _cost(finding: Finding) -> str:
+    if finding.ms_per_step is None:
+        return finding.cost
+    share = f" ({finding.share_of_step:.0%})" if finding.share_of_step is not None else ""
+    return f"{finding.ms_per_step:.3g} ms{share}"
+
+
+def _steps(report: DoctorReport) -> str:
+    s = report.steps
+    by = {"optimizer": "the first optimizer's steps", "loader": "DataLoader batches (no torch.optim optimizer "
+          "stepped)"}.get(s.counted_by or "", "nothing: no step began")
+    gpu = f", {s.gpu} under the sync debug mode" if s.gpu else ""
+    return (f"{s.total} steps ({s.warmup} warm-up, {s.measured} timed, {s.scanned} scanned{gpu}), counted by {by}; "
+            f"{report.ended}")
+
+
+def _findings(report: DoctorReport, console: Console, bases: tuple[Path, ...]) -> None:
+    if not report.findings:
+        console.print(Text("no finding: nothing in the measured steps costs the step what the doctor can see"))
+        return
+    table = Table(title=Text("findings, the costliest first (measured costs, then the rest by count per step)"))
+    for column, options in (("#", {"justify": "right"}), ("kind", {}), ("where", {"no_wrap": True}),
+                            ("what", {"ratio": 2}), ("per step", {"justify": "right"}),
+                            ("cost per step", {"ratio": 1}), ("fix", {"ratio": 3})):
+        table.add_column(column, **options)
+    for f in report.findings:
+        per_step = "-" if f.per_step is None else f"{f.per_step:g}"
+        what = f.title + (f"\n{f.code}" if f.code else "")
+        table.add_row(*(Text(cell) for cell in (str(f.rank), f.kind, _where(f.path, f.line, bases), what, per_step,
+                                                _cost(f), f.fix)))
+        for path, line in f.call_sites:
+            table.add_row(Text(""), Text(""), Text(f"  <- {_where(path, line, bases)}", style="dim"),
+                          Text("called from the step here", style="dim"), Text(""), Text(""), Text(""))
+    console.print(table)
+
+
+def _details(report: DoctorReport, console: Console, bases: tuple[Path, ...]) -> None:
+    loader = report.loader
+    if loader is not None:
+        batch = f", {human(loader.batch_bytes)} a batch" if loader.batch_bytes is not None else ""
+        console.print(Text(f"loader: {loader.verdict}, waits {loader.ms_per_step:.3g} ms a step in next() "
+                           f"({loader.wait_share:.0%} of the step), {loader.batches_per_step:g} batch(es) a step, "
+                           f"{loader.workers} workers{batch}"))
+    c = report.compile
+    breaks = "; ".join(f"{b['reason']} at {_where(b['path'], b['line'], bases)}" for b in c.graph_breaks) or "none"
+    recompiles = "; ".join(
+        f"{r['function']}: {r['reason']}" + (" (during the timed steps)" if r["during_timed_steps"] else "")
+        for r in c.recompiles) or "none"
+    seconds = "n/a" if c.compile_s is None else f"{c.compile_s:.2f} s"
+    console.print(Text(f"torch.compile: {len(c.graph_breaks)} graph break(s): {breaks}; {len(c.recompiles)} "
+                       f"recompile(s): {recompiles}; compiling took {seconds}"
+                       + (f" (unavailable: {c.unavailable})" if c.unavailable else "")))
+    m = report.memory
+    if m is not None:
+        peak = "n/a" if m.peak_bytes is None else human(m.peak_bytes)
+        console.print(Text(f"memory over the timed steps ({m.source}): peak {peak}; {m.detail}"))
+    for row in report.copies:
+        kind = f"{'pinned' if row.pinned else 'pageable'}, {'blocking' if row.blocking else 'non-blocking'}"
+        console.print(Text(f"copy at {_where(row.path, row.line, bases)}: {row.call} {row.direction}, {kind}, "
+                           f"{row.per_step:g} a step, {human(row.bytes_per_step)} a step"))
+    if report.real_syncs is not None:
+        agree = "agree with" if report.syncs_agree else "DIFFER from"
+        console.print(Text(f"real CUDA syncs by line {agree} the hazard counts:"))
+        for r in report.real_syncs:
+            console.print(Text(f"  {_where(r.path, r.line, bases)}: {r.real_per_step:g} real, {r.hazards_per_step:g} "
+                               f"hazards a step; stall {r.stall_ms_per_step:.3g} ms a step"))
+    if report.bandwidth:
+        console.print(Text("copy bandwidth on the device: " + ", ".join(f"{k} {v:.1f} GB/s"
+                                                                         for k, v in report.bandwidth)))
+    once = ", ".join(f"{o.what} {'n/a' if o.seconds is None else f'{o.seconds:.2f} s'}" for o in report.one_off)
+    console.print(Text(f"one-off costs (not per step): {once}"))
+
+
+def render(report: DoctorReport, console: Console) -> None:
+    """Print a report: the steps, the ranked findings, the phases' figures, what explains the step."""
+    script = _where(report.script, None, (Path.cwd().resolve(),))
+    console.print(Text(f"pitfalls doctor {script} {' '.join(report.argv)}".rstrip()))
+    console.print(Text(_steps(report)))
+    if report.failure is not None:
+        where = f"in step {report.failure.step}" if report.failure.step else "before its first step"
+        console.print(Text(f"the script failed {where}: {report.failure.last_line}", style="red"))
+    # Lines are shown from the script's folder (or the working one) when they lie inside it.
+    bases = (Path(report.script).resolve().parent, Path.cwd().resolve())
+    _findings(report, console, bases)
+    _details(report, console, bases)
+    for line in report.not_measured:
+        console.print(Text(f"not measured: {line}"))
+    if report.step_ms is None:
+        console.print(Text("step time: not measured (no step was timed)"))
+    else:
+        median, p90, mean = report.step_ms
+        explained = "" if report.explained is None else (
+            f"; the findings with a measured cost explain {report.explained:.0%} of the mean")
+        console.print(Text(f"step time over {report.steps.measured} timed steps: {median:.3g} ms median, {p90:.3g} "
+                           f"ms p90, {mean:.3g} ms mean{explained}"))
+    console.print(Text(f"doctor's run: {report.wall_s:.1f} s"))

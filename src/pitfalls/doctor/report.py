@@ -1,0 +1,272 @@
+"""The doctor's report: the ranked findings, each phase's figures, what was not measured; and its JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "CompileFigures", "CopyRow", "DoctorReport", "Failure", "Finding", "LoaderFigures", "MemoryFigures",
+    "CPU_SCRIPT", "NOT_MEASURED_NO_GPU", "NO_GPU", "OneOff", "RealSyncRow", "StepsDone",
+]
+
+NO_GPU = "no GPU"
+NOT_MEASURED_NO_GPU = f"not measured: {NO_GPU}"
+# Where a GPU is present but the script never initialized CUDA, its figures are not measured for that reason.
+CPU_SCRIPT = "the script used no GPU"
+KINDS = ("loader", "sync", "copy", "compile", "memory")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One cost of the step, with its fix.
+
+    Attributes:
+        kind: one of `KINDS`.
+        title: what it is, in a few words.
+        path: the script's file where it is (None when no line can be named).
+        line: the line.
+        code: the line's text.
+        per_step: how often per step (the mean over the steps it was counted in; a line run every fifth step
+            reads 0.2), or None when it is not counted per step.
+        call_sites: for a line inside a helper, the lines of the step that reached it, most used first.
+        ms_per_step: its estimated cost per step, or None when it could not be measured (``cost`` says why).
+        cost: how the cost was measured, or why it was not.
+        fix: the change that removes it.
+        rank: its place in the report (1: the costliest).
+        share_of_step: ``ms_per_step`` over the mean step time (the loader's is its wait share).
+    """
+
+    kind: str
+    title: str
+    path: str | None
+    line: int | None
+    code: str
+    per_step: float | None
+    call_sites: tuple[tuple[str, int], ...]
+    ms_per_step: float | None
+    cost: str
+    fix: str
+    rank: int = 0
+    share_of_step: float | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The finding as the JSON report's ``findings`` entry."""
+        return {
+            "rank": self.rank, "kind": self.kind, "title": self.title, "path": self.path, "line": self.line,
+            "code": self.code, "per_step": self.per_step,
+            "call_sites": [{"path": path, "line": line} for path, line in self.call_sites],
+            "ms_per_step": self.ms_per_step, "share_of_step": self.share_of_step, "cost": self.cost, "fix": self.fix,
+        }
+
+
+@dataclass(frozen=True)
+class StepsDone:
+    """The steps each phase ran.
+
+    Attributes:
+        warmup: warm-up steps done.
+        measured: timed steps done.
+        scanned: steps under the hazard counter.
+        gpu: steps under the sync debug mode (0 without a GPU).
+        counted_by: "optimizer" (the first optimizer's steps), "loader" (batches: no optimizer), or None (no step).
+        total: every step the script finished.
+    """
+
+    warmup: int
+    measured: int
+    scanned: int
+    gpu: int
+    counted_by: str | None
+    total: int
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The script raised (or exited with an error status) before its steps were done.
+
+    Attributes:
+        last_line: the exception's last line, e.g. "ValueError: bad batch".
+        step: the step it happened in (1 for the first; 0 before the first step began).
+        traceback: the exception's traceback from the script's first frame ("" for an exit status).
+    """
+
+    last_line: str
+    step: int
+    traceback: str = ""
+
+
+@dataclass(frozen=True)
+class LoaderFigures:
+    """The DataLoader over the timed steps.
+
+    Attributes:
+        wait_share: the share of the step spent waiting in ``next()``.
+        ms_per_step: the wait per step.
+        verdict: "loader-bound" or "step-bound" (the loader family's threshold).
+        batch_bytes: bytes of one batch (None when no batch was kept for its anatomy).
+        batches_per_step: batches per step.
+        workers: the loader's workers.
+        anatomy: each tensor of the batch: path, shape, dtype, bytes and its smallest lossless dtype.
+    """
+
+    wait_share: float
+    ms_per_step: float
+    verdict: str
+    batch_bytes: int | None
+    batches_per_step: float
+    workers: int
+    anatomy: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class CompileFigures:
+    """torch.compile over the run.
+
+    Attributes:
+        graph_breaks: each distinct break: reason, path, line, explanation, hint.
+        recompiles: each frame compiled again: function, reason, and whether it happened during the timed steps.
+        compile_s: seconds spent compiling (a one-off cost), or None when torch keeps no record.
+        unavailable: why graph breaks or recompiles could not be read ("" when they could).
+    """
+
+    graph_breaks: tuple[dict[str, Any], ...]
+    recompiles: tuple[dict[str, Any], ...]
+    compile_s: float | None
+    unavailable: str = ""
+
+
+@dataclass(frozen=True)
+class MemoryFigures:
+    """Peak memory over the timed steps.
+
+    Attributes:
+        source: "CUDA allocator" or "process group" (this process and its loader workers).
+        peak_bytes: the largest peak (CUDA: max allocated; group: the sum of PSS).
+        per_step_bytes: the median of each step's peak (CUDA only).
+        detail: what else was read (USS, processes, samples).
+    """
+
+    source: str
+    peak_bytes: int | None
+    per_step_bytes: int | None
+    detail: str
+
+
+@dataclass(frozen=True)
+class CopyRow:
+    """The copies of one kind at one line, per scanned step."""
+
+    path: str | None
+    line: int | None
+    call: str
+    direction: str
+    pinned: bool
+    blocking: bool
+    per_step: float
+    bytes_per_step: float
+
+
+@dataclass(frozen=True)
+class RealSyncRow:
+    """One line's real CUDA syncs and hazards per step, and what its syncs stalled the host."""
+
+    path: str
+    line: int
+    real_per_step: float
+    hazards_per_step: float
+    stall_ms_per_step: float
+
+
+@dataclass(frozen=True)
+class OneOff:
+    """A cost paid once, not per step."""
+
+    what: str
+    seconds: float | None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    """What one run of a script under the doctor found.
+
+    Attributes:
+        script: the script's path.
+        argv: its arguments.
+        steps: the steps each phase ran.
+        ended: how the run ended ("its 18 steps are done", "the script ended after 7 steps", ...).
+        failure: the script's error, when it raised before its steps were done.
+        step_ms: (median, p90, mean) of the timed steps, or None when no step was timed.
+        findings: ranked, the costliest first.
+        loader: the loader's figures, or None when the timed steps iterated no DataLoader.
+        compile: torch.compile's figures.
+        memory: peak memory, or None when no step was timed.
+        copies: every copy between host and device during the scanned steps.
+        real_syncs: per line on a GPU, or None without one.
+        syncs_agree: whether every line's real syncs equal its hazards (None without a GPU).
+        bandwidth: copy bandwidth measured on the device, GB/s by kind (empty without a GPU).
+        one_off: costs paid once.
+        explained: the share of the mean step that the measured findings explain (None: nothing timed).
+        not_measured: each figure that was not measured, and why ("real syncs by line ...: no GPU").
+        wall_s: the run's wall seconds.
+        no_gpu: why the GPU's figures were not measured (`NO_GPU`, `CPU_SCRIPT`), or "" when they were.
+    """
+
+    script: str
+    argv: tuple[str, ...]
+    steps: StepsDone
+    ended: str
+    failure: Failure | None
+    step_ms: tuple[float, float, float] | None
+    findings: tuple[Finding, ...]
+    loader: LoaderFigures | None
+    compile: CompileFigures
+    memory: MemoryFigures | None
+    copies: tuple[CopyRow, ...]
+    real_syncs: tuple[RealSyncRow, ...] | None
+    syncs_agree: bool | None
+    bandwidth: tuple[tuple[str, float], ...]
+    one_off: tuple[OneOff, ...]
+    explained: float | None
+    not_measured: tuple[str, ...]
+    wall_s: float
+    no_gpu: str = NO_GPU
+
+    def finding_at(self, kind: str, path: str, line: int) -> tuple[Finding, ...]:
+        """The findings of one kind at one line."""
+        return tuple(f for f in self.findings if f.kind == kind and f.path == path and f.line == line)
+
+    def as_json(self) -> dict[str, Any]:
+        """The report as plain JSON values (see `pitfalls doctor --json`)."""
+        loader = self.loader
+        return {
+            "script": self.script,
+            "argv": list(self.argv),
+            "steps": {"warmup": self.steps.warmup, "measured": self.steps.measured, "scanned": self.steps.scanned,
+                      "gpu": self.steps.gpu, "counted_by": self.steps.counted_by, "total": self.steps.total},
+            "ended": self.ended,
+            "error": None if self.failure is None else {"last_line": self.failure.last_line,
+                                                        "step": self.failure.step},
+            "step_ms": (None if self.step_ms is None
+                        else dict(zip(("median", "p90", "mean"), self.step_ms, strict=True))),
+            "findings": [finding.as_json() for finding in self.findings],
+            "loader": None if loader is None else {
+                "wait_share": loader.wait_share, "ms_per_step": loader.ms_per_step, "verdict": loader.verdict,
+                "batch_bytes": loader.batch_bytes, "batches_per_step": loader.batches_per_step,
+                "workers": loader.workers, "anatomy": list(loader.anatomy)},
+            "compile": {"graph_breaks": list(self.compile.graph_breaks), "recompiles": list(self.compile.recompiles),
+                        "compile_s": self.compile.compile_s, "unavailable": self.compile.unavailable or None},
+            "memory": None if self.memory is None else {
+                "source": self.memory.source, "peak_bytes": self.memory.peak_bytes,
+                "per_step_bytes": self.memory.per_step_bytes, "detail": self.memory.detail},
+            "copies": [vars(row) for row in self.copies],
+            "real_syncs": (f"not measured: {self.no_gpu}" if self.real_syncs is None
+                           else [vars(r) for r in self.real_syncs]),
+            "syncs_agree": self.syncs_agree,
+            "bandwidth_gb_s": dict(self.bandwidth) if self.bandwidth else f"not measured: {self.no_gpu}",
+            "one_off": [{"what": o.what, "seconds": o.seconds, "detail": o.detail} for o in self.one_off],
+            "explained_share": self.explained,
+            "not_measured": list(self.not_measured),
+            "wall_s": self.wall_s,
+        }

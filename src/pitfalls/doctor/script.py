@@ -1,0 +1,121 @@
+"""The user's script: checked before it runs (present, valid Python, one process), then run as ``__main__``.
+
+The script runs in this process, as ``python SCRIPT ARGS...`` would run it: its ``__name__`` is ``"__main__"``,
+``sys.argv`` is ``[SCRIPT, *ARGS]``, ``sys.path[0]`` its folder, and ``sys.modules["__main__"]`` a module whose
+``__file__`` is the script, so a class it defines pickles by reference and a worker started by spawn finds it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import os
+import sys
+import types
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["LAUNCHER_VARIABLES", "Script", "ScriptError", "as_main", "check_single_process", "load_script"]
+
+# Set by torchrun (and torch.distributed.launch) in every process it starts.
+LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+
+
+class ScriptError(ValueError):
+    """The script cannot be run: missing, not valid Python, or started under a launcher. One line, exit 2."""
+
+
+@dataclass(frozen=True)
+class Script:
+    """A script ready to run.
+
+    Attributes:
+        path: its absolute path.
+        code: its compiled module code.
+    """
+
+    path: Path
+    code: types.CodeType
+
+
+def load_script(path: str | os.PathLike[str]) -> Script:
+    """Read and compile a script, or say in one line why it cannot run.
+
+    Args:
+        path: the script's path.
+
+    Returns:
+        The `Script`.
+
+    Raises:
+        ScriptError: the file is missing, is not a file, cannot be read or is not valid Python.
+    """
+    given = Path(path)
+    if not given.exists():
+        raise ScriptError(f"SCRIPT {str(path)!r} does not exist; give the path of a Python training script")
+    if not given.is_file():
+        raise ScriptError(f"SCRIPT {str(path)!r} is not a file; give the path of a Python training script")
+    resolved = given.resolve()
+    try:
+        source = resolved.read_bytes()
+    except OSError as error:
+        raise ScriptError(f"SCRIPT {str(path)!r} cannot be read: {error.strerror}") from None
+    try:
+        code = compile(source, str(resolved), "exec", dont_inherit=True)
+    except SyntaxError as error:
+        raise ScriptError(f"SCRIPT {str(path)!r} is not valid Python: line {error.lineno}: {error.msg}") from None
+    except ValueError as error:  # null bytes: not Python source at all
+        raise ScriptError(f"SCRIPT {str(path)!r} is not valid Python: {error}") from None
+    return Script(resolved, code)
+
+
+def check_single_process(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse a run started by a distributed launcher: the doctor measures one process.
+
+    Args:
+        environ: the environment (None: `os.environ`).
+
+    Raises:
+        ScriptError: a launcher's variable is set.
+    """
+    env = os.environ if environ is None else environ
+    found = [f"{name}={env[name]}" for name in LAUNCHER_VARIABLES if name in env]
+    if found:
+        raise ScriptError(f"started under torchrun or another launcher ({', '.join(found)} set): several processes "
+                          "are not supported yet; run the script as one process, without the launcher")
+
+
+@contextlib.contextmanager
+def as_main(script: Script, args: Sequence[str]) -> Iterator[dict[str, object]]:
+    """Make the script ``__main__`` for the block, with its own argv and path; everything is restored after.
+
+    Args:
+        script: the script.
+        args: its arguments (``sys.argv[1:]``).
+
+    Returns:
+        A context manager yielding the globals to run the script's code in.
+    """
+    module = types.ModuleType("__main__")
+    module.__file__ = str(script.path)
+    module.__builtins__ = builtins  # type: ignore[attr-defined]
+    module.__spec__ = None
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    saved_main = sys.modules.get("__main__")
+    sys.argv = [str(script.path), *args]
+    folder = str(script.path.parent)
+    if sys.path:
+        sys.path[0] = folder
+    else:
+        sys.path.append(folder)
+    sys.modules["__main__"] = module
+    try:
+        yield module.__dict__
+    finally:
+        sys.argv = saved_argv
+        sys.path[:] = saved_path
+        if saved_main is not None:
+            sys.modules["__main__"] = saved_main
+        else:
+            sys.modules.pop("__main__", None)

@@ -1,0 +1,212 @@
+"""Steps of an unchanged script: counted at the optimizer's step, or at the loader's batches, and stopped.
+
+A step ends when the first optimizer the script steps (the *pacing* optimizer: a GAN's second optimizer does not
+count twice) runs its step post hooks, seen through torch.optim's global hooks. A script that builds no
+`torch.optim` optimizer is counted by its DataLoader instead: a step ends when the next batch is asked for after one was
+delivered. The
+first step starts at the first batch asked for or the first optimizer step, whichever comes first. An ask that
+ends an epoch (``StopIteration``) delivers no batch and ends no step: the next epoch's first batch continues it.
+
+The run is stopped by raising `StopRun` at a step's end (or, past the budget, wherever the script is): it derives
+from BaseException, so the script's ``except Exception`` cannot swallow it, while its ``finally`` blocks and
+context managers run as the exception leaves them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from types import FrameType
+from typing import Any
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+from pitfalls.probes.sites import is_user_file
+
+__all__ = ["LOADER", "OPTIMIZER", "Budget", "StepCounter", "StopRun"]
+
+OPTIMIZER = "optimizer"
+LOADER = "loader"
+
+
+def _user_functions(frame: FrameType | None) -> frozenset[tuple[str, str]]:
+    """The script's functions on the stack, as (file, function) pairs: where its step is written."""
+    found = set()
+    while frame is not None:
+        if is_user_file(frame.f_code.co_filename):
+            found.add((frame.f_code.co_filename, frame.f_code.co_name))
+        frame = frame.f_back
+    return frozenset(found)
+
+
+class StopRun(BaseException):
+    """Raised into the script to stop it; `reason` says why ("its steps are done", "the budget ...")."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Budget:
+    """Stop the script after ``seconds`` of wall time wherever it is, by SIGALRM where this is the main thread.
+
+    The doctor's own bookkeeping runs inside `busy`: an alarm that rings there is held until it is done, so an
+    instrument is never left half entered. Once rung, it rings again every second, for a script that swallows even
+    BaseException; every step's end raises again too.
+    """
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.seconds = seconds
+        self._clock = clock
+        self._deadline = clock() + seconds
+        self._busy = 0
+        self._pending = False
+        self._previous: Any = None
+        self._armed = False
+
+    @property
+    def spent(self) -> bool:
+        """Whether the budget is used up."""
+        return self._clock() >= self._deadline
+
+    def reason(self) -> str:
+        """Why the run stops when the budget is spent."""
+        return f"the budget of {self.seconds:g} s was spent"
+
+    def _ring(self, _signum: int, _frame: FrameType | None) -> None:
+        if self._busy:
+            self._pending = True
+            return
+        raise StopRun(self.reason())
+
+    def __enter__(self) -> Budget:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGALRM, self._ring)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds, 1.0)
+            self._armed = True
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._previous)
+            self._armed = False
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[None]:
+        """Hold the alarm for the block; raise `StopRun` after it if the alarm rang or the budget is spent."""
+        self._busy += 1
+        try:
+            yield
+        finally:
+            self._busy -= 1
+        if not self._busy and (self._pending or self.spent):
+            self._pending = False
+            raise StopRun(self.reason())
+
+
+class StepCounter:
+    """Count the script's steps and report each step's start and end to the phases.
+
+    `step_functions` holds the script's functions on the stack at the first step's end (the loop and the functions
+    it runs in), so a hazard in any other function is inside a helper the step calls.
+
+    Args:
+        started: called once, when the first step starts.
+        ended: called with the number of steps done at each step's end; it raises `StopRun` to stop the run.
+        budget: held while the counter's own work runs.
+    """
+
+    def __init__(self, started: Callable[[], None], ended: Callable[[int], None], budget: Budget) -> None:
+        self._started = started
+        self._ended = ended
+        self._budget = budget
+        self.by: str | None = None
+        self.steps = 0
+        self.batches = 0
+        self._delivered = False
+        self._first = False
+        self._pacing: torch.optim.Optimizer | None = None
+        self._optimizers_made = False
+        self._stopping: StopRun | None = None
+        self._handles: list[Any] = []
+        self._init: Any = None
+        self.step_functions: frozenset[tuple[str, str]] = frozenset()
+
+    @property
+    def step_started(self) -> bool:
+        """Whether the first step has started."""
+        return self._first
+
+    def __enter__(self) -> StepCounter:
+        self._handles = [register_optimizer_step_pre_hook(self._pre), register_optimizer_step_post_hook(self._post)]
+        self._init = torch.optim.Optimizer.__init__
+        original, counter = self._init, self
+
+        def init(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
+            counter._optimizers_made = True
+            original(optimizer, *args, **kwargs)
+
+        torch.optim.Optimizer.__init__ = init  # type: ignore[method-assign,assignment]
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        if self._init is not None:
+            torch.optim.Optimizer.__init__ = self._init  # type: ignore[method-assign]
+            self._init = None
+        self._pacing = None
+
+    def _start(self) -> None:
+        if not self._first:
+            self._first = True
+            self._started()
+
+    def _end_step(self) -> None:
+        if self._stopping is not None:
+            raise self._stopping  # the script swallowed the first one
+        if not self.step_functions:
+            self.step_functions = _user_functions(sys._getframe(1))
+        self.steps += 1
+        try:
+            self._ended(self.steps)
+        except StopRun as stop:
+            self._stopping = stop
+            raise
+
+    def _pre(self, _optimizer: torch.optim.Optimizer, _args: object, _kwargs: object) -> None:
+        with self._budget.busy():
+            if self.by != LOADER:
+                self._start()
+
+    def _post(self, optimizer: torch.optim.Optimizer, _args: object, _kwargs: object) -> None:
+        with self._budget.busy():
+            if self.by == LOADER:
+                return
+            if self._pacing is None:
+                self._pacing, self.by = optimizer, OPTIMIZER
+            if optimizer is self._pacing:
+                self._end_step()
+
+    def batch_asked(self) -> None:
+        """A DataLoader iterator was asked for its next batch: in a script without an optimizer, the step that took
+        the last batch ends (an ask that ends an epoch delivers none, and ends no step)."""
+        with self._budget.busy():
+            if self.by is None and self.batches >= 1 and not self._optimizers_made:
+                self.by = LOADER
+            if self.by == LOADER and self._delivered:
+                self._delivered = False
+                self._end_step()
+            self._start()
+
+    def batch_delivered(self) -> None:
+        """A DataLoader iterator delivered a batch."""
+        self.batches += 1
+        self._delivered = True
