@@ -1,13 +1,12 @@
 """Article 001, the DataLoader advice: one batch loaded, delivered to the device and consumed per call.
 
-The shared figures (benchmarks/common.py) made for the loader family from its entry (pitfalls.families.loader):
-``Batch`` (time_batch, peakmem_batch), ``Speedup``, ``Cuda`` (real syncs per batch: an unpinned copy waits) and
-``Nvml`` (a device starved by its loader shows as idle). The loader's own figures follow, each delegating to
+The figures every family has (``Batch``, ``Speedup``, ``Cuda``: an unpinned copy waits; ``Nvml``: a device starved
+by its loader shows as idle), then the loader's own, each one delegating line into
 pitfalls.families.loader.probes: samples/s, bytes per batch, time to first batch, PSS and USS of the main process
 plus its workers, batches and bytes in flight, copy-on-write growth of the workers per item read, the verdict (wait
-share in next(), the step cost below which the loader starves the device) and epoch starts. Each sweeps
-the family's variants and floor over its grid; a figure that does not apply to a case (no workers, no room, more
-workers than cores for the timed figures) is n/a with the reason.
+share in next(), the step cost below which the loader starves the device), epoch starts and issue 13246's
+records. Each sweeps the family's variants and floor over its grid; a figure that does not apply to a case (no
+workers, no room, more workers than cores for the timed figures) is n/a with the reason.
 """
 
 import itertools
@@ -18,32 +17,11 @@ from typing import Any
 # here pays that once per run instead of once per case (about 140 cases on the quick grid).
 import torch._dynamo  # noqa: F401
 
+from pitfalls import measure
 from pitfalls.families.loader import epochs, metadata, probes, steady, verdict
-from pitfalls.families.loader.tables import case_table
+from pitfalls.units import MIB
 
-from . import common
-
-_SHARED = common.family_classes("loader", __name__, time=("Batch", "batch"))
-globals().update(_SHARED)
-
-
-def _with_workers(cls: Any) -> list[tuple[Any, ...]]:
-    """Every parameter set of ``cls`` with num_workers > 0."""
-    at = cls.param_names.index("num_workers")
-    return [values for values in itertools.product(*cls.params) if values[at] > 0]
-
-
-# asv's peakmem is the benchmark process's own maximum RSS: with workers that is the parent alone, not the loader.
-# Those cases are n/a (skipped before setup, so no loader starts for nothing); the whole group's peak during the
-# run is ``Memory.track_pss`` and ``Memory.track_uss``. A new version: the series restarts without those cases.
-Batch.peakmem_batch.skip_params = _with_workers(Batch)  # type: ignore[name-defined]  # noqa: F821
-Batch.peakmem_batch.version = "loader-peakmem-2"  # type: ignore[name-defined]  # noqa: F821
-
-MIB = 2**20
-# The figures timed at steady state since this version (the batches made in advance discarded, ten times as many
-# timed, one case live at a time): their series restart here.
-STEADY_STATE = "steady-state-1"
-
+from . import common, shapes
 
 # asv runs ``setup`` before every sample (asv-runner >= 0.3), so each sample is one batch timed right after its own
 # settle (a fresh start, the prefilled batches discarded): a few samples suffice on the quick grid, where 60 of them
@@ -51,37 +29,66 @@ STEADY_STATE = "steady-state-1"
 BATCH_REPEAT = {"quick": (10, 20, 2.0), "full": (steady.TIMED_PER_PREFILLED * steady.prefilled(2, 2), 200, 10.0)}
 
 
-class Batch(_SHARED["Batch"]):  # type: ignore[misc,valid-type]
+class Batch(shapes.Time):
     """Time of one batch at steady state: before every sample asv takes (``setup``), the case is started afresh
-    and the batches its workers could make in advance are discarded; the sample is the next batch."""
+    and the batches its workers could make in advance are discarded; the sample is the next batch. asv's peakmem is
+    this process's own peak RSS: with workers that is the parent alone, so those cases are n/a (see ``Memory``)."""
 
+    family = "loader"
     repeat = BATCH_REPEAT[common.GRID.name]
-    time_batch = common._method_copy(_SHARED["Batch"].time_batch, "time_batch", version=STEADY_STATE)
 
     def setup(self, *params: Any) -> None:
         super().setup(*params)
         steady.settle(probes.batch_step(self.case))
 
+    def time_batch(self, *params: Any) -> None:
+        measure.step(self.case)
 
-class Speedup(_SHARED["Speedup"]):  # type: ignore[misc,valid-type]
+    def peakmem_batch(self, *params: Any) -> None:
+        measure.step(self.case)
+
+
+def _with_workers(cls: Any) -> list[tuple[Any, ...]]:
+    at = cls.param_names.index("num_workers")
+    return [values for values in itertools.product(*cls.params) if values[at] > 0]
+
+
+Batch.peakmem_batch.skip_params = _with_workers(Batch)  # type: ignore[attr-defined]
+
+
+class Speedup(shapes.Speedup):
     """Speedup over naive at steady state, by blocks (`Case.block`: one case live at a time, see
-    `pitfalls.families.loader.steady`), through the shared routine (benchmarks/common.py ``speedup``)."""
+    `pitfalls.families.loader.steady`), through the one routine (`pitfalls.measure.speedup`)."""
 
-    track_speedup = common._method_copy(_SHARED["Speedup"].track_speedup, "track_speedup", version=STEADY_STATE)
-
-
-class _Loader(common._FamilyBenchmark):
     family = "loader"
 
+    def track_speedup(self, *params: Any) -> float:
+        return common.speedup(self.naive_case, self.case)
+
+
+class Cuda(shapes.Cuda):
+    family = "loader"
+
+
+class Nvml(shapes.Nvml):
+    family = "loader"
+
+
+class _Figure(common.FamilyBenchmark):
+    """One of the loader's own figures, measured by a probe of pitfalls.families.loader.probes for each case."""
+
+    family = "loader"
+    mode_axis = False
+
     def measure(self, probe: Any, params: tuple[Any, ...]) -> Any:
-        """Run a probe on this parameter set (variant, device, sizes), turning a case that cannot run into n/a."""
-        with common.skipping_unavailable_cases():
+        """Run a probe on this parameter set (variant, device, sizes); a case that cannot run is n/a."""
+        with common.skipping():
             return probe(**self.arguments(params))
 
 
-class Throughput(_Loader):
-    """Samples per second at steady state (`pitfalls.families.loader.steady`): loading, the copy to the device,
-    the device-side normalize and the model step, synchronized."""
+class Throughput(_Figure):
+    """Samples per second at steady state: loading, the copy to the device, the device-side normalize and the model
+    step, synchronized."""
 
     units = {"track_samples_per_second": "samples/s"}
 
@@ -91,10 +98,8 @@ class Throughput(_Loader):
     def track_samples_per_second(self, *params: Any) -> float:
         return probes.samples_per_second(self.step)
 
-    track_samples_per_second.version = STEADY_STATE  # type: ignore[attr-defined]
 
-
-class BatchBytes(_Loader):
+class BatchBytes(_Figure):
     """Bytes of one batch as the loader hands it over, from its tensors (the article's 167,772,160 and 33,554,432
     at 32 x 512 x 512)."""
 
@@ -107,7 +112,7 @@ class BatchBytes(_Loader):
         return self.bytes
 
 
-class FirstBatch(_Loader):
+class FirstBatch(_Figure):
     """Seconds from starting a fresh loader (its workers included) to its first batch consumed on the device."""
 
     units = {"track_time_to_first_batch": "seconds"}
@@ -119,7 +124,7 @@ class FirstBatch(_Loader):
         return self.seconds
 
 
-class Memory(_Loader):
+class Memory(_Figure):
     """Peak PSS and USS of the whole loader group (the main process and every worker, sampled every 15 ms in the
     background, collation included) while a fresh loader delivers an epoch (PSS counts a shared page once; RSS
     would count it once per process). Cases with more workers than cores are measured."""
@@ -136,7 +141,7 @@ class Memory(_Loader):
         return self.memory.peak_uss / MIB
 
 
-class InFlight(_Loader):
+class InFlight(_Figure):
     """Batches made ahead of the consumer, and the shared memory they hold, once a loader rests: against the
     article's num_workers x bytes per batch and DataLoader's num_workers x prefetch_factor x bytes per batch."""
 
@@ -152,7 +157,7 @@ class InFlight(_Loader):
         return common.figure(self.flight.measured_bytes) / MIB
 
 
-class CopyOnWrite(_Loader):
+class CopyOnWrite(_Figure):
     """Growth of the workers' private memory per item read over an epoch, after their first batch: the pages that
     reference counting copies out of the parent (PyTorch issue 13246), for a Python list of per-item objects
     against one packed buffer (the ``storage`` axis)."""
@@ -166,25 +171,70 @@ class CopyOnWrite(_Loader):
         return common.figure(self.growth.per_item) / 1024
 
 
-class Metadata:
-    """PyTorch issue 13246: per-item records (path, size, an annotation dict) held as a Python list of objects
-    against numpy arrays, read by forked workers over one full epoch. Each worker's USS growth from its start
-    (the pages of the table it copied), and the whole group's USS and PSS (main process plus workers) at the
-    epoch's end; the table's own size to read them against. Measured once per parameter set, in one process."""
+class Verdict(_Figure):
+    """Is the loader the bottleneck? The share of each batch the step waits in ``next()`` at steady state, and the
+    step cost below which the loader starves the device (wait share above `verdict.WAIT_THRESHOLD`), with a step
+    of ``model_ms`` planted milliseconds more than the model step (`pitfalls.families.loader.verdict`). Every case
+    is measured once, alone, in one process (``setup_cache``), and both figures read that run."""
 
-    # Its axes are the records' form and size, not the family's cases.
-    own_axes = True
-    param_names = ["metadata", "num_workers", "items"]
-    params = [list(metadata.RECORD_FORMS), *map(list, metadata.GRIDS[common.GRID.name].values())]
+    extra_axes = {"model_ms": list(verdict.MODEL_MS[common.GRID.name])}
+    units = {"track_wait_share": "share", "track_starves_below": "ms"}
     timeout = 1800
 
     def setup_cache(self) -> dict[tuple[Any, ...], Any]:
-        return metadata.memory_table(self.param_names, self.params)
+        return measure.case_table(verdict.verdict, self.param_names, self.params)  # type: ignore[attr-defined]
 
     def setup(self, table: dict[tuple[Any, ...], Any], *params: Any) -> None:
-        self.memory = table[tuple(params)]
-        if isinstance(self.memory, str):
-            common.skip(self.memory)
+        with common.skipping():
+            self.verdict = measure.lookup(table, params)
+
+    def track_wait_share(self, table: Any, *params: Any) -> float:
+        return self.verdict.wait_share
+
+    def track_starves_below(self, table: Any, *params: Any) -> float:
+        return common.figure(self.verdict.starves_below_s) * 1e3
+
+
+class EpochStart(_Figure):
+    """Seconds to the first batch of an epoch after a whole epoch, persistent_workers off (new workers) and on (the
+    same workers), both by one routine (`pitfalls.families.loader.epochs`); n/a without workers for "on". Every
+    case is measured once, in one process (``setup_cache``)."""
+
+    units = {"track_epoch_start_fresh": "seconds", "track_epoch_start_persistent": "seconds"}
+    timeout = 1800
+
+    def setup_cache(self) -> dict[tuple[Any, ...], Any]:
+        return measure.case_table(epochs.epoch_starts, self.param_names, self.params)  # type: ignore[attr-defined]
+
+    def setup(self, table: dict[tuple[Any, ...], Any], *params: Any) -> None:
+        with common.skipping():
+            self.starts = measure.lookup(table, params)
+
+    def track_epoch_start_fresh(self, table: Any, *params: Any) -> float:
+        return self.starts.fresh
+
+    def track_epoch_start_persistent(self, table: Any, *params: Any) -> float:
+        return common.figure(self.starts.persistent)
+
+
+class Metadata(common.Benchmark):
+    """PyTorch issue 13246: per-item records (path, size, an annotation dict) held as a Python list of objects
+    against numpy arrays, read by forked workers over one full epoch. Each worker's USS growth from its start
+    (the pages of the table it copied), and the whole group's USS and PSS (main process plus workers) at the
+    epoch's end; the table's own size to read them against. Measured once per parameter set, in one process. Its
+    axes are the records' form and size, not the family's cases."""
+
+    param_names = ["metadata", "num_workers", "items"]
+    params = [list(metadata.RECORD_FORMS), *map(list, metadata.GRIDS[common.GRID.name].values())]
+    units = {name: "MiB" for name in ("track_worker_growth", "track_group_uss", "track_group_pss", "track_table")}
+    timeout = 1800
+
+    def setup_cache(self) -> dict[tuple[Any, ...], Any]:
+        return measure.case_table(metadata.records_memory, self.param_names, self.params)
+
+    def setup(self, table: dict[tuple[Any, ...], Any], *params: Any) -> None:
+        with common.skipping():
+            self.memory = measure.lookup(table, params)
 
     def track_worker_growth(self, table: Any, *params: Any) -> float:
         return metadata.mib(self.memory.growth) / len(self.memory.growth)
@@ -197,60 +247,3 @@ class Metadata:
 
     def track_table(self, table: Any, *params: Any) -> float:
         return metadata.mib(self.memory.dataset_bytes)
-
-
-for _name in ("track_worker_growth", "track_group_uss", "track_group_pss", "track_table"):
-    getattr(Metadata, _name).unit = "MiB"
-
-
-class Verdict(_Loader):
-    """Is the loader the bottleneck? The share of each batch the step waits in ``next()`` at steady state, and the
-    step cost below which the loader starves the device (wait share above `verdict.WAIT_THRESHOLD`), with a step
-    of ``model_ms`` planted milliseconds more than the model step (`pitfalls.families.loader.verdict`). Every case
-    is measured once, alone, in one process (``setup_cache``), and both figures read that run."""
-
-    units = {"track_wait_share": "share", "track_starves_below": "ms"}
-    timeout = 1800
-
-    def setup_cache(self) -> dict[tuple[Any, ...], Any]:
-        return case_table(verdict.verdict, self.param_names, self.params)
-
-    def setup(self, table: dict[tuple[Any, ...], Any], *params: Any) -> None:
-        self.verdict = table[tuple(params)]
-        if isinstance(self.verdict, str):
-            common.skip(self.verdict)
-
-    def track_wait_share(self, table: Any, *params: Any) -> float:
-        return self.verdict.wait_share
-
-    def track_starves_below(self, table: Any, *params: Any) -> float:
-        return common.figure(self.verdict.starves_below_s) * 1e3
-
-
-# Its own axis, after the family's: the planted step cost.
-Verdict.own_axes = ("model_ms",)
-Verdict.param_names = [*Verdict.param_names, "model_ms"]
-Verdict.params = [*Verdict.params, list(verdict.MODEL_MS[common.GRID.name])]
-
-
-class EpochStart(_Loader):
-    """Seconds to the first batch of an epoch after a whole epoch, persistent_workers off (new workers) and on (the
-    same workers), both by one routine (`pitfalls.families.loader.epochs`); n/a without workers for "on". Every
-    case is measured once, in one process (``setup_cache``)."""
-
-    units = {"track_epoch_start_fresh": "seconds", "track_epoch_start_persistent": "seconds"}
-    timeout = 1800
-
-    def setup_cache(self) -> dict[tuple[Any, ...], Any]:
-        return case_table(epochs.epoch_starts, self.param_names, self.params)
-
-    def setup(self, table: dict[tuple[Any, ...], Any], *params: Any) -> None:
-        self.starts = table[tuple(params)]
-        if isinstance(self.starts, str):
-            common.skip(self.starts)
-
-    def track_epoch_start_fresh(self, table: Any, *params: Any) -> float:
-        return self.starts.fresh
-
-    def track_epoch_start_persistent(self, table: Any, *params: Any) -> float:
-        return common.figure(self.starts.persistent)

@@ -8,43 +8,28 @@ ratio of such blocks timed A B A B, and ``Ranks`` the family's own figures, meas
 (its ``setup_cache``): samples/s (from the same routine), peak memory of rank 0 and of the others and their
 ratio, communication per step (in flight, from the profiler; exposed, the step minus the same step under
 ``no_sync()``), ddp's weak-scaling efficiency (samples/s of W ranks over W times one rank's), NVML busy % of rank
-0's GPU and of the others. A figure that fails reads n/a
-with the error; the others are still measured.
+0's GPU and of the others. A figure that fails reads n/a with the error; the others are still measured.
 """
-
-from __future__ import annotations
 
 from typing import Any
 
-from pitfalls import registry
-from pitfalls.families import parallel
-from pitfalls.family import SkipCase
+from pitfalls import measure
+from pitfalls.families.parallel import entry as parallel
 from pitfalls.probes import Unavailable
 
-from . import common
-
-_shared = common.family_classes("parallel", __name__, time=("Step", "step"))
-globals().update({name: cls for name, cls in _shared.items() if name not in ("Step", "Speedup")})
+from . import common, shapes
 
 # Timeouts nest: a rank command (pitfalls.distributed.launch.STEP_TIMEOUT_S, 120 s) < the ranks' process group
 # (240 s) < asv's benchmark timeout, so a hang ends as RankFailed with the hung rank's stack, not as asv's kill.
 TIMEOUT_S = 600
-# The series of these methods restart when their method changes: last, every process of a case on one intra-op
-# thread on the CPU (`pitfalls.devices.CPU_DEVICE_THREADS`: one core is one device; `single` had torch's one per
-# core); before, steps timed inside the ranks by one routine for every variant, memory estimated per device.
-VERSION = "parallel-one-core-per-device-1"
-# A rank's memory on the CPU is what torch's allocator held at the step's peak (it was its whole USS, libtorch
-# included, whose ratio between ranks read about 1 whatever the step held): these series restart.
-MEMORY_VERSION = "parallel-allocator-peak-1"
-MEMORY_METHODS = ("track_peak_memory_rank0", "track_peak_memory_others", "track_memory_imbalance")
 # Steps per block of the speedup (A B A B, 5 block pairs at least, more within the routine's budget of seconds):
 # fewer than the figures' 10, to keep the family's share of the quick grid near its 2.5 minutes; the same routine.
 SPEEDUP_STEPS = 5
-# Series that ended with that change: a ddp "step" timed as a control round trip is not measured any more.
+# A series that ended: a ddp "step" timed as a control round trip is not measured any more.
 RETIRED = ("bench_parallel.Step.time_step",)
 
 
-class Step(common._FamilyBenchmark):
+class Step(common.FamilyBenchmark):
     """Seconds per step: every process times `parallel.FIGURE_STEPS` steps after a barrier; the slowest process's
     median (ddp: in the ranks; the other variants: in this process, with the same routine). Host peak memory of a
     step for the variants that run in this process."""
@@ -61,44 +46,28 @@ class Step(common._FamilyBenchmark):
         return common.figure(parallel.figure(lambda: self.case.block(parallel.FIGURE_STEPS)))
 
     def peakmem_step(self, *params: Any) -> None:
-        # asv reads this process's peak RSS; a ddp step's memory is in its ranks (Ranks.track_peak_memory_*).
+        # asv reads this process's peak RSS; a ddp step's memory is in its ranks, a DataParallel one's on GPU 0.
         if self.case.variant == parallel.DDP:
             common.figure(Unavailable("the step runs in the rank processes; see Ranks.track_peak_memory_rank0"))
         if self.case.variant in (parallel.DATA_PARALLEL, parallel.DATA_PARALLEL_LOSS_INSIDE):
             common.figure(Unavailable("host memory says nothing of GPU 0's; see Ranks.track_peak_memory_rank0"))
-        common.step(self.case)
+        measure.step(self.case)
 
 
-class Speedup(_shared["Speedup"]):  # type: ignore[misc,valid-type]
-    __doc__ = _shared["Speedup"].__doc__
+class Speedup(shapes.Speedup):
+    family = "parallel"
     timeout = TIMEOUT_S
 
     def track_speedup(self, *params: Any) -> float:
-        return common.speedup(self.naive, self.case, units=SPEEDUP_STEPS)
-
-
-def figures_table(param_names: list[str], params: list[list[Any]]) -> dict[tuple[Any, ...], Any]:
-    """Every parameter set's `parallel.ParallelFigures`, built, measured and closed one after the other in one
-    process; the reason in its place for a case that cannot run here. A figure that fails is n/a in its
-    `parallel.ParallelFigures` (`parallel.figure`); a case whose ranks do not start reads n/a for every figure."""
-    table: dict[tuple[Any, ...], Any] = {}
-    for values, variant, device, args in common.parameter_sets(param_names, params):
-        try:
-            with registry.family("parallel").build(variant, device=device, **args) as case:
-                table[values] = parallel.measure_figures(case, nvml_seconds=common.NVML_WINDOW_S)
-        except SkipCase as skip:
-            table[values] = skip.reason
-        except parallel.RankFailed as error:  # this case fails alone; the other cases are still measured
-            table[values] = f"the ranks failed to start: {str(error).splitlines()[0]}"
-    return table
+        return common.speedup(self.naive_case, self.case, units=SPEEDUP_STEPS)
 
 
 def one_rank_key(case: dict[str, Any]) -> tuple[Any, ...]:
-    """The `figures_table` key of the same case at one rank (the reference of ddp's weak scaling)."""
+    """The `Ranks` table's key of the same case at one rank (the reference of ddp's weak scaling)."""
     return tuple(1 if name == "world_size" else value for name, value in case.items())
 
 
-class Ranks(common._FamilyBenchmark):
+class Ranks(common.FamilyBenchmark):
     """Per-rank figures of one step: samples/s, peak memory (rank 0, the others, their ratio), communication,
     NVML busy % (rank 0's GPU, the others'). Memory is CUDA max allocated on GPUs and torch's allocations at the step's
     peak on the CPU; a DataParallel case's ranks are its devices."""
@@ -106,26 +75,17 @@ class Ranks(common._FamilyBenchmark):
     family = "parallel"
     mode_axis = False
     timeout = 3600
-    units = {
-        "track_samples_per_second": "samples/s",
-        "track_peak_memory_rank0": "bytes",
-        "track_peak_memory_others": "bytes",
-        "track_memory_imbalance": "x",
-        "track_communication": "seconds",
-        "track_exposed_communication": "seconds",
-        "track_scaling_efficiency": "x",
-        "track_busy_rank0": "%",
-        "track_busy_others": "%",
-    }
+    units = {"track_samples_per_second": "samples/s", "track_peak_memory_rank0": "bytes",
+             "track_peak_memory_others": "bytes", "track_memory_imbalance": "x", "track_communication": "seconds",
+             "track_exposed_communication": "seconds", "track_scaling_efficiency": "x", "track_busy_rank0": "%",
+             "track_busy_others": "%"}
 
     def setup_cache(self) -> dict[tuple[Any, ...], Any]:
-        return figures_table(self.param_names, self.params)  # type: ignore[attr-defined]
+        return measure.case_table(parallel.case_figures, self.param_names, self.params)  # type: ignore[attr-defined]
 
     def setup(self, table: dict[tuple[Any, ...], Any], *params: Any) -> None:
-        figures = table[tuple(params)]
-        if isinstance(figures, str):
-            common.skip(figures)
-        self.figures: parallel.ParallelFigures = figures
+        with common.skipping():
+            self.figures: parallel.ParallelFigures = measure.lookup(table, params)
 
     def track_samples_per_second(self, table: Any, *params: Any) -> float:
         return common.figure(self.figures.samples_per_s)
@@ -155,14 +115,3 @@ class Ranks(common._FamilyBenchmark):
 
     def track_busy_others(self, table: Any, *params: Any) -> float:
         return common.figure(self.figures.others_busy())
-
-
-def _restart_series() -> None:
-    for cls in (Step, Speedup, Ranks):
-        for name in dir(cls):
-            if name.startswith(("track_", "peakmem_", "time_")):
-                version = MEMORY_VERSION if name in MEMORY_METHODS else VERSION
-                setattr(cls, name, common._method_copy(getattr(cls, name), name, version=version))
-
-
-_restart_series()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import itertools
 import json
 import math
@@ -19,8 +17,9 @@ import torch
 from asv import util as asv_util
 from asv.config import Config
 from asv_runner.benchmarks.mark import SkipNotImplemented
+from suite import import_suite_module
 
-from pitfalls import registry
+from pitfalls import measure, registry
 from pitfalls.cases import SkipCase
 from pitfalls.probes import Unavailable
 
@@ -29,20 +28,8 @@ CONF = ROOT / "asv.conf.json"
 ASV = Path(sys.executable).with_name("asv")
 
 
-def import_suite_module(name: str):
-    """Import ``benchmarks.<name>`` from this checkout, as asv does: a package (the modules import ``.common``)."""
-    if "benchmarks" not in sys.modules:
-        folder = ROOT / "benchmarks"
-        spec = importlib.util.spec_from_file_location(
-            "benchmarks", folder / "__init__.py", submodule_search_locations=[str(folder)]
-        )
-        package = importlib.util.module_from_spec(spec)
-        sys.modules["benchmarks"] = package
-        spec.loader.exec_module(package)
-    return importlib.import_module(f"benchmarks.{name}")
-
-
 common = import_suite_module("common")
+shapes = import_suite_module("shapes")
 MODULES = {entry.name: import_suite_module(f"bench_{entry.name}") for entry in registry.BUILTIN}
 bench_loss, bench_sampler = MODULES["loss"], MODULES["sampler"]
 
@@ -94,11 +81,13 @@ def test_every_built_in_family_has_a_benchmark_module():
 
 
 def benchmark_classes(module):
+    """The module's benchmark classes that sweep its family's cases (not those with axes of their own only, such as
+    issue 13246's records or the calibration table's checks)."""
     return [
         obj
         for obj in vars(module).values()
-        if isinstance(obj, type) and obj.__module__ == module.__name__ and hasattr(obj, "params")
-        and not getattr(obj, "own_axes", False)  # a figure of the module whose axes are not the family's cases
+        if isinstance(obj, type) and obj.__module__ == module.__name__ and not obj.__name__.startswith("_")
+        and issubclass(obj, common.FamilyBenchmark)
     ]
 
 
@@ -131,9 +120,9 @@ def test_a_module_has_the_class_of_every_figure_its_family_has_and_no_other(fami
 def test_the_class_axes_are_the_familys_grid(family):
     axes = list(registry.family(family).axes(common.GRID.name))
     for cls in benchmark_classes(MODULES[family]):
-        swept = cls.sweep_axis()
+        swept = cls.sweep_axis
         # A class may add axes of its own after the family's (the loader's Verdict: the planted step cost).
-        own = list(getattr(cls, "own_axes", ()))
+        own = list(cls.extra_axes)
         assert cls.param_names[len(cls.param_names) - len(own):] == own
         family_axes = [n for n in cls.param_names if n not in ("variant", "device", "mode", *own)]
         assert family_axes == [a for a in axes if a != swept]
@@ -142,7 +131,7 @@ def test_the_class_axes_are_the_familys_grid(family):
 def test_speedup_is_over_the_naive_variant_run_eagerly():
     speedup = bench_sampler.Speedup()
     speedup.setup("static", 1000, 1, "cpu", "compiled")
-    assert (speedup.naive.variant, speedup.naive.compiled) == ("nonzero", False)
+    assert (speedup.naive_case.variant, speedup.naive_case.compiled) == ("nonzero", False)
     assert (speedup.case.variant, speedup.case.compiled) == ("static", True)
 
 
@@ -150,8 +139,9 @@ def test_units_name_what_one_call_of_the_family_is():
     assert bench_loss.SyncHazards.track_sync_hazards.unit == "hazards/step"
     assert bench_sampler.SyncHazards.track_sync_hazards.unit == "hazards/call"
     assert bench_loss.Cuda.track_cuda_syncs.unit == "syncs/step"
-    # Each class owns its copy: the shared base keeps no unit of one family.
-    assert not hasattr(common._SyncHazards.track_sync_hazards, "unit")
+    # Each class owns its copy of a figure its shape defines: the shape keeps no unit of one family.
+    assert bench_loss.Cuda.track_cuda_syncs is not shapes.Cuda.track_cuda_syncs
+    assert not hasattr(shapes.Cuda.track_cuda_syncs, "unit")
 
 
 def test_no_two_classes_share_a_setup_cache():
@@ -183,10 +173,8 @@ def test_the_committed_history_keeps_its_series():
     from pitfalls.series_guard import load_pins
 
     earlier = {name: {r["previous"] for r in pin.restarts} for name, pin in load_pins().items()}
-    # Series restarted on purpose (their method changed) or ended, until the committed results are remade.
-    bench_parallel = MODULES["parallel"]
-    restarted = {name for name, version in suite.items()
-                 if version in (bench_parallel.VERSION, bench_parallel.MEMORY_VERSION)}
+    # Series that ended (their results stay in the history they made).
+    retired = MODULES["parallel"].RETIRED
     checked = 0
     for path in sorted((ROOT / "results").glob("*/*.json")):
         if path.name == "machine.json":
@@ -194,7 +182,7 @@ def test_the_committed_history_keeps_its_series():
         data = json.loads(path.read_text())
         version = data["result_columns"].index("version")
         for name, row in data["results"].items():
-            if name in restarted or name in bench_parallel.RETIRED:
+            if name in retired:
                 continue
             assert name in suite, f"{path.name}: {name} is no longer in the suite"
             assert row[version] == suite[name] or row[version] in earlier.get(name, ()), (
@@ -250,7 +238,7 @@ def test_an_unknown_grid_is_refused_naming_the_variable_and_the_choices():
 
 def test_a_case_that_cannot_run_becomes_a_skip_with_its_reason():
     with pytest.raises(NotImplementedError, match="needs about 9.0 GiB"):
-        with common.skipping_unavailable_cases():
+        with common.skipping():
             raise SkipCase("needs about 9.0 GiB")
 
 
@@ -279,7 +267,7 @@ def test_cases_are_built_once_per_process():
 
 def test_a_mode_outside_the_axis_is_refused():
     with pytest.raises(ValueError, match=r"mode='jit'.*eager, compiled"):
-        common.compiled("jit")
+        measure.compiled("jit")
 
 
 def test_discovering_the_suite_never_touches_cuda():
@@ -313,11 +301,11 @@ print(len(names), "benchmarks")
 def test_compile_table_keeps_the_reason_where_a_case_cannot_be_compiled_here():
     if torch.cuda.is_available():
         pytest.skip("needs a machine without CUDA")
-    table = common.compile_table("sampler", ["variant", "batch", "device"], [["static"], [1], ["cuda"]],
-                                 sweep=("n", (1000, 2000)))
+    table = measure.compile_table("sampler", ["variant", "batch", "device"], [["static"], [1], ["cuda"]],
+                                  sweep=("n", (1000, 2000)))
     assert table == {("static", 1, "cuda"): "no CUDA device"}
-    with pytest.raises(NotImplementedError, match="no CUDA device"):
-        common.compiled_figures(table, ("static", 1, "cuda"))
+    with pytest.raises(SkipCase, match="no CUDA device"):
+        measure.lookup(table, ("static", 1, "cuda"))
 
 
 @pytest.mark.slow
@@ -325,11 +313,11 @@ def test_static_sampler_compiles_into_one_graph_and_a_size_sweep_reuses_a_dynami
     # The article's point about the static form, measured: no graph break; with dynamic=None the second N
     # recompiles once (as dynamic) and the third reuses that graph.
     sweep = [{"n": n, "batch": 1} for n in (1000, 2000, 4000)]
-    figures = common.compile_figures("sampler", "static", "cpu", sweep)
+    figures = measure.compile_figures("sampler", "static", "cpu", sweep)
     assert figures.graph_breaks == 0
     assert figures.recompiles == 1
     # A first compile with cold caches takes seconds; one steady call of this case takes well under a millisecond.
-    case = common.case("sampler", "static", "cpu", "eager", n=1000, batch=1)
+    case = measure.case("sampler", "static", "cpu", "eager", n=1000, batch=1)
     steady = min(timeit.repeat(case, number=10, repeat=3)) / 10
     assert figures.compile_s > 100 * steady
 
@@ -338,8 +326,8 @@ def test_static_sampler_compiles_into_one_graph_and_a_size_sweep_reuses_a_dynami
 def test_the_naive_loss_breaks_its_graph_and_ignore_index_does_not():
     # The counts the committed history holds for torch 2.13 (bench_loss.Compile.track_graph_breaks): dynamo
     # breaks at the data-dependent ops of the naive loss; the ignore_index loss is one graph.
-    assert common.compile_figures("loss", "naive", "cpu", [{"batch": 2, "image_size": 16}]).graph_breaks == 5
-    assert common.compile_figures("loss", "ignore_index", "cpu", [{"batch": 2, "image_size": 16}]).graph_breaks == 0
+    assert measure.compile_figures("loss", "naive", "cpu", [{"batch": 2, "image_size": 16}]).graph_breaks == 5
+    assert measure.compile_figures("loss", "ignore_index", "cpu", [{"batch": 2, "image_size": 16}]).graph_breaks == 0
 
 
 # --- asv itself ---------------------------------------------------------------------------------------------
@@ -426,3 +414,94 @@ def test_a_quick_asv_run_records_numbers_here_and_skips_for_what_is_missing(tmp_
     if not cuda:
         assert "asv: skipped: NotImplementedError('no CUDA device')" in done.stdout
 
+
+
+# --- versions, one way ---------------------------------------------------------------------------------------
+
+
+def _version_writes(path: Path) -> list[str]:
+    """Every place a benchmark module of the suite sets a ``version`` itself: an attribute or a name assigned, or a
+    keyword argument (asv reads a method's, its class's or its module's ``version``)."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AnnAssign, ast.AugAssign)) else []
+        for target in targets:
+            if isinstance(target, ast.Attribute) and target.attr == "version" or \
+                    isinstance(target, ast.Name) and target.id == "version":
+                found.append(f"{path.name}:{node.lineno}")
+        if isinstance(node, ast.keyword) and node.arg == "version":
+            found.append(f"{path.name}:{node.lineno}")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" and \
+                len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and node.args[1].value == "version":
+            found.append(f"{path.name}:{node.lineno}")
+    return found
+
+
+def test_every_version_comes_from_the_pins_and_none_is_written_anywhere_else(tmp_path):
+    # asv reads a benchmark's version from its method, class or module: one set in a bench module would be
+    # overridden by the pin (and so do nothing) or, without a pin, start a series no guard watches.
+    from pitfalls.series_guard import discovered, load_pins
+
+    written = [place for path in sorted((ROOT / "benchmarks").glob("bench_*.py")) for place in _version_writes(path)]
+    assert written == [], f"versions set outside benchmarks/series.json: {written}"
+    pins = load_pins()
+    built_in = {name: b for name, b in discovered().items() if not name.startswith("bench_plugins.")}
+    assert sorted(set(built_in) - set(pins)) == [], "benchmarks with no pin: `scripts/series pin NAME`"
+    assert {name: b.version for name, b in built_in.items()} == {name: pins[name].version for name in built_in}
+    # The check itself can fail: a planted `version` attribute and keyword are found.
+    planted = tmp_path / "bench_planted.py"
+    planted.write_text("class A:\n    def track_x(self):\n        return 1\n\n\nA.track_x.version = '2'\n"
+                       "f = copy(g, version='3')\n")
+    assert _version_writes(planted) == ["bench_planted.py:6", "bench_planted.py:7"]
+
+
+# --- a figure's path -----------------------------------------------------------------------------------------
+
+
+def files_passed(call) -> set[str]:
+    """The suite's own files (under src/ and benchmarks/) whose code runs during ``call()``, by a profile hook."""
+    seen: set[str] = set()
+
+    def hook(frame, event, _arg):
+        if event == "call":
+            seen.add(frame.f_code.co_filename)
+
+    sys.setprofile(hook)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    roots = (str(ROOT / "src") + os.sep, str(ROOT / "benchmarks") + os.sep)
+    return {str(Path(name).relative_to(ROOT)) for name in seen if name.startswith(roots)}
+
+
+# What a published figure may pass through besides its family's own module or package (the issue of one measuring
+# layer: a reader follows it from its asv method to its probe in a few files).
+FIGURE_PATH = {"benchmarks/common.py", "src/pitfalls/measure.py", "src/pitfalls/devices.py", "src/pitfalls/cases.py",
+               "src/pitfalls/registry.py", "src/pitfalls/family.py", "src/pitfalls/_checks.py"}
+
+
+@pytest.mark.parametrize(("module", "cls", "method", "params", "family_files"), [
+    ("bench_loss", "SyncHazards", "track_sync_hazards", ("naive", 4, 64, "cpu"), ("src/pitfalls/families/loss.py",)),
+    ("bench_loader", "Speedup", "track_speedup", ("uint8", 0, 32, 8, "png", "list", False, "warm", "cpu"),
+     ("src/pitfalls/families/loader/",)),
+])
+def test_a_published_figure_passes_through_its_bench_file_the_measuring_layer_and_its_probes(
+        module, cls, method, params, family_files):
+    bench = import_suite_module(module)
+    assert f"def {method}(" in (ROOT / "benchmarks" / f"{module}.py").read_text()  # found by grep in its file
+
+    def figure():
+        benchmark = getattr(bench, cls)()
+        benchmark.setup(*params)
+        getattr(benchmark, method)(*params)
+
+    passed = files_passed(figure)
+    allowed = {f"benchmarks/{module}.py", *FIGURE_PATH}
+    others = sorted(f for f in passed if f not in allowed and not f.startswith("src/pitfalls/probes/")
+                    and not f.startswith(family_files))
+    assert others == [], f"{module}.{cls}.{method} passes through {others}"
+    assert "src/pitfalls/measure.py" in passed and any(f.startswith("src/pitfalls/probes/") for f in passed)

@@ -102,7 +102,7 @@ class _Slow(Dataset[torch.Tensor]):
 
 def test_speedup_timed_while_other_workers_prefetch_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     # The fault: the other case's workers are live and the baseline's timed calls wait on their queue.
-    # The suite's speedup (benchmarks/common.speedup) runs through pitfalls.probes.timing.case_speedup.
+    # The suite's speedup (pitfalls.measure.speedup) runs through pitfalls.probes.timing.case_speedup.
     from pitfalls.probes import timing
 
     real = timing.interleaved_speedup

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from suite import import_suite_module
 
 from pitfalls.calibration import published, run
-from pitfalls.calibration.suite import suite_module
 from pitfalls.calibration.table import CPU, CUDA, Check, Reading, verdict
 from pitfalls.probes.result import Unavailable
 
-common = suite_module("common")
-bench_calibration = suite_module("bench_calibration")
+bench_calibration = import_suite_module("bench_calibration")
 
 
 def error_classes(module: object) -> dict[str, type]:
@@ -42,7 +41,7 @@ def test_a_new_check_gets_a_series_and_an_absolute_unit_its_own_class(monkeypatc
     planted = Reading(planted=50.0, measured=52.0)
     extra = (fake("fake: relative", planted), fake("fake: watts", planted, unit="W", absolute=True))
     monkeypatch.setattr(run, "all_checks", lambda: extra)
-    classes = common.calibration_error_classes("bench_fake")
+    classes = bench_calibration.error_classes("bench_fake")
     assert {name: cls.params for name, cls in classes.items()} == {
         "Error": [["fake: relative"]], "ErrorInW": [["fake: watts"]]}
     assert classes["Error"].track_error.unit == "relative"
@@ -67,7 +66,7 @@ def test_a_check_not_published_gets_no_series():
 def test_the_tracked_value_is_the_verdicts_error(monkeypatch, reading, absolute, unit, want):
     check = fake("fake: planted", reading, unit=unit, absolute=absolute)
     monkeypatch.setattr(run, "all_checks", lambda: (check,))
-    [cls] = common.calibration_error_classes("bench_fake").values()
+    [cls] = bench_calibration.error_classes("bench_fake").values()
     benchmark = cls()
     benchmark.setup(check.name)
     value = benchmark.track_error(check.name)
@@ -78,7 +77,7 @@ def test_the_tracked_value_is_the_verdicts_error(monkeypatch, reading, absolute,
 def test_an_unavailable_reading_is_a_skip_with_its_reason_not_zero(monkeypatch):
     check = fake("fake: cannot read", Reading(planted=1.0, measured=Unavailable("no such counter on this kernel")))
     monkeypatch.setattr(run, "all_checks", lambda: (check,))
-    [cls] = common.calibration_error_classes("bench_fake").values()
+    [cls] = bench_calibration.error_classes("bench_fake").values()
     with pytest.raises(NotImplementedError, match="no such counter on this kernel"):
         cls().setup(check.name)
 

@@ -30,10 +30,14 @@ from pitfalls import cli, devices, registry
 from pitfalls.calibration import verdict
 from pitfalls.distributed import RankFailed, launch, loopback_store, step_seconds, time_steps
 from pitfalls.distributed.control import LOOPBACK
-from pitfalls.families import parallel, parallel_calibration, parallel_launch, parallel_memory, parallel_step
-from pitfalls.families.parallel import compare_updates, make_runner
-from pitfalls.families.parallel_launch import RANK_MODULE, DdpGroup
-from pitfalls.families.parallel_step import (
+from pitfalls.families.parallel import checks as parallel_calibration
+from pitfalls.families.parallel import entry as parallel
+from pitfalls.families.parallel import launch as parallel_launch
+from pitfalls.families.parallel import memory as parallel_memory
+from pitfalls.families.parallel import step as parallel_step
+from pitfalls.families.parallel.entry import compare_updates, make_runner
+from pitfalls.families.parallel.launch import RANK_MODULE, DdpGroup
+from pitfalls.families.parallel.step import (
     DATA_PARALLEL,
     DATA_PARALLEL_LOSS_INSIDE,
     DDP,
@@ -59,7 +63,8 @@ assert TOLERANCE <= 1e-9
 def rank_script(tmp_path: Path, body: str) -> list[str]:
     """A torchrun entry that changes the rank module in the given way, then runs it (what a test rank does)."""
     path = tmp_path / "rank.py"
-    path.write_text(textwrap.dedent(body) + "\nimport sys\nfrom pitfalls.families import parallel_rank\n"
+    path.write_text(textwrap.dedent(body) + "\nimport sys\n"
+                    "from pitfalls.families.parallel import rank as parallel_rank\n"
                     "sys.exit(parallel_rank.main())\n", encoding="utf-8")
     return [str(path)]
 
@@ -618,7 +623,7 @@ def test_a_ddp_case_times_steps_in_its_ranks_that_stay_alive_and_measures_each_r
 def test_a_rank_that_raises_ends_the_run_with_its_traceback_and_leaves_nothing(tmp_path, no_process_left):
     entry = rank_script(tmp_path, """
         import os
-        from pitfalls.families import parallel_rank
+        from pitfalls.families.parallel import rank as parallel_rank
         real = parallel_rank.COMMANDS["step"]
         def step(trainer, argument):
             if os.environ["RANK"] == "1":
@@ -644,7 +649,7 @@ def test_a_rank_that_raises_ends_the_run_with_its_traceback_and_leaves_nothing(t
 def test_a_hung_rank_ends_as_rank_failed_with_its_stack(tmp_path, no_process_left):
     entry = rank_script(tmp_path, """
         import os, time
-        from pitfalls.families import parallel_rank
+        from pitfalls.families.parallel import rank as parallel_rank
         real = parallel_rank.COMMANDS["step"]
         def hang_here_forever():
             while True:
@@ -670,7 +675,7 @@ def test_a_hung_rank_ends_as_rank_failed_with_its_stack(tmp_path, no_process_lef
 def test_the_gate_fails_a_variant_whose_rank_raises(tmp_path, monkeypatch, no_process_left):
     monkeypatch.setattr(parallel, "DdpGroup", _wrong_group(tmp_path, """
         import os
-        from pitfalls.families import parallel_rank
+        from pitfalls.families.parallel import rank as parallel_rank
         def step(trainer, argument):
             raise RuntimeError(f"rank {os.environ['RANK']} cannot step")
         parallel_rank.COMMANDS["step"] = step
@@ -688,7 +693,7 @@ def test_the_gate_fails_a_variant_whose_rank_raises(tmp_path, monkeypatch, no_pr
 def test_a_rank_that_fails_while_starting_is_reported(tmp_path, no_process_left):
     entry = rank_script(tmp_path, """
         import os
-        from pitfalls.families import parallel_rank
+        from pitfalls.families.parallel import rank as parallel_rank
         if os.environ["RANK"] == "0":
             parallel_rank.init_rank = lambda args: (_ for _ in ()).throw(ValueError("no such device here"))
     """)
@@ -791,7 +796,7 @@ def test_two_nodes_each_with_its_own_torchrun_write_their_ranks_and_one_summary(
 
 
 def test_the_rank_module_refuses_a_negative_planted_wait_on_one_line(capsys) -> None:
-    from pitfalls.families import parallel_rank
+    from pitfalls.families.parallel import rank as parallel_rank
 
     with pytest.raises(SystemExit) as stopped:
         parallel_rank.parse_args(["--out", "unused", "--plant-comm-ms", "-5"])

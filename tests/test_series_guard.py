@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -37,16 +38,17 @@ def test_every_pinned_series_holds_its_method():
 
 
 def test_a_helper_changed_under_a_pin_fails_with_what_to_do(suite_copy: Path):
-    # The case of track_compile_seconds: a helper in common.py, outside asv's own hash, changes the method.
-    common = suite_copy / "common.py"
-    source = common.read_text()
-    planted = source.replace("    return fresh()\n", "    return contextlib.nullcontext()\n")
+    # The case of track_compile_seconds: a helper of its class's shape, outside asv's own hash, changes.
+    shapes = suite_copy / "shapes.py"
+    source = shapes.read_text()
+    planted = source.replace("return measure.compile_table(self.family, self.param_names, self.params, sweep)",
+                             "return measure.compile_table(self.family, self.param_names, self.params, None)")
     assert planted != source
-    common.write_text(planted)
+    shapes.write_text(planted)
     done = series("check", "--benchmarks", str(suite_copy))
     assert done.returncode == 1
     drifted = sorted(line.split(":")[0] for line in done.stdout.splitlines() if "its method changed" in line)
-    # Exactly the benchmarks whose setup reaches cold_compile_cache, none of the others.
+    # Exactly the benchmarks whose setup_cache reaches it, none of the others.
     assert drifted == ["bench_loss.Compile.track_compile_seconds", "bench_loss.Compile.track_graph_breaks",
                        "bench_sampler.Compile.track_compile_seconds", "bench_sampler.Compile.track_graph_breaks",
                        "bench_sampler.Compile.track_recompiles"]
@@ -56,10 +58,27 @@ def test_a_helper_changed_under_a_pin_fails_with_what_to_do(suite_copy: Path):
 
 
 def test_a_comment_is_not_a_change_of_method(suite_copy: Path):
-    common = suite_copy / "common.py"
-    common.write_text(common.read_text().replace("    return fresh()\n", "    return fresh()  # a comment\n"))
+    shapes = suite_copy / "shapes.py"
+    shapes.write_text(shapes.read_text().replace("        return self.figures.recompiles\n",
+                                                 "        return self.figures.recompiles  # a comment\n"))
     done = series("check", "--benchmarks", str(suite_copy))
     assert done.returncode == 0, done.stdout
+
+
+def test_the_measuring_layer_is_part_of_the_method(monkeypatch: pytest.MonkeyPatch):
+    # pitfalls.measure holds what a published figure is: a change there drifts the series that reach it.
+    from pitfalls import measure
+
+    [benchmark] = series_guard.discovered(["bench_loss.Compile.track_compile_seconds"]).values()
+    [hazards] = series_guard.discovered(["bench_loss.SyncHazards.track_sync_hazards"]).values()
+    before = series_guard.method_hash(benchmark), series_guard.method_hash(hazards)
+
+    def cold_compile_cache():  # noqa: ANN202 - a planted change of the helper's code
+        return contextlib.nullcontext()
+
+    monkeypatch.setattr(measure, "cold_compile_cache", cold_compile_cache)
+    after = series_guard.method_hash(benchmark), series_guard.method_hash(hazards)
+    assert after[0] != before[0] and after[1] == before[1]
 
 
 def test_the_family_module_is_part_of_the_method():
@@ -95,12 +114,30 @@ def test_an_unknown_name_is_one_line_and_exit_2():
     assert "bench_loss.Compile.track_compile_seconds" in done.stderr
 
 
-def test_restart_pins_a_benchmark_that_had_asvs_own_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    # The loader's and parallel's series are not pinned: a change of method in a helper restarts them the same way.
+def _unpinned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """A copy of the pins file with ``name``'s pin taken out (a benchmark added since), in use for the test."""
     pins_file = tmp_path / "series.json"
-    shutil.copy(series_guard.PINS_FILE, pins_file)
+    raw = json.loads(series_guard.PINS_FILE.read_text())
+    del raw[name]
+    pins_file.write_text(json.dumps(raw))
     monkeypatch.setattr(series_guard, "PINS_FILE", pins_file)
+
+
+def test_pin_keeps_the_version_asv_reads_and_records_its_method(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # Before a benchmark's code moves: its version is pinned as it is, so the move cannot restart its series.
     name = "bench_loader.BatchBytes.track_bytes_per_batch"
+    _unpinned(tmp_path, monkeypatch, name)
+    benchmark = series_guard.discovered([name])[name]
+    assert series_guard.main(["pin", name]) == 0
+    pin = series_guard.load_pins()[name]
+    assert (pin.version, pin.method, pin.restarts) == (benchmark.version, series_guard.method_hash(benchmark), ())
+    assert series_guard.main(["pin", "bench_loader.Nope.track_nothing"]) == 2
+
+
+def test_restart_pins_a_benchmark_that_had_asvs_own_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # A benchmark not pinned yet (its version asv's own hash): a change of method restarts it the same way.
+    name = "bench_loader.BatchBytes.track_bytes_per_batch"
+    _unpinned(tmp_path, monkeypatch, name)
     assert name not in series_guard.load_pins()
     asv_version = series_guard.discovered([name])[name].version
     assert series_guard.main(["restart", name, "--commit", "abc12345", "--why", "planted"]) == 0

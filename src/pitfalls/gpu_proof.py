@@ -29,23 +29,21 @@ from typing import Any
 
 import torch
 
-from pitfalls import runner, scan_corpus
+from pitfalls import measure, runner, scan_corpus
 from pitfalls.devices import cuda_available, synchronize
 from pitfalls.equivalence import check_all
-from pitfalls.families import parallel
-from pitfalls.families import parallel_memory as memory
+from pitfalls.families.parallel import entry as parallel
+from pitfalls.families.parallel import memory
 from pitfalls.family import HAZARDS, NVML, SPEEDUP, Case, Family, SkipCase
 from pitfalls.measure import nvml_window
 from pitfalls.probes import (
     HazardCounts,
     NvmlSummary,
     Unavailable,
-    blocked_speedup,
     count_cuda_syncs,
     count_hazards,
     cuda_event_time,
     environment_facts,
-    interleaved_speedup,
     wall_time,
 )
 from pitfalls.registry import all_families
@@ -310,11 +308,7 @@ def speedups(device: str, sizes: Sizes) -> list[dict[str, Any]]:
                     if candidate is None:
                         continue
                     with candidate:
-                        if naive.block is not None and candidate.block is not None:  # processes: by blocks
-                            result = blocked_speedup(naive.block, candidate.block, blocks=sizes.rounds, units=5)
-                        else:
-                            result = interleaved_speedup(naive, candidate, rounds=sizes.rounds, warmup=1,
-                                                         sync=functools.partial(synchronize, naive.device))
+                        result = measure.speedup(naive, candidate, rounds=sizes.rounds, blocks=sizes.rounds, units=5)
                     rows.append({"family": entry.name, "variant": variant, "sizes": params,
                                  "speedup": round(result.ratio, 2),
                                  "naive_ms": round(result.baseline_median_s * 1e3, 3),

@@ -5,7 +5,8 @@ a hash of the benchmark's own source (its method, ``setup`` and ``setup_cache``:
 The suite pins some versions (``benchmarks/series.json``) so that moving code onto shared bases kept the history.
 A pin hides every later change of method, and asv's hash never covered the helpers a method calls anyway. So
 next to each pin this module records a *method hash*: asv's code of the benchmark, plus the source of every
-helper it reaches in the benchmark package and in ``pitfalls.probes``, plus the family's own module. A test
+helper it reaches in the benchmark package, ``pitfalls.measure`` and ``pitfalls.probes``, plus the family's
+own module. A test
 recomputes it; any drift must be answered by one command, either
 
     scripts/series restart NAME --commit C --why "..."   (a new version: the series restarts), or
@@ -36,7 +37,7 @@ BENCHMARKS = ROOT / "benchmarks"
 PINS_FILE = BENCHMARKS / "series.json"
 COMMAND = "scripts/series"
 # Modules whose functions count as the figure code a benchmark reaches (besides the benchmark package itself).
-FIGURE_PACKAGES = ("pitfalls.probes",)
+FIGURE_PACKAGES = ("pitfalls.probes", "pitfalls.measure")
 
 
 @dataclass(frozen=True)
@@ -243,7 +244,13 @@ def main(argv: list[str] | None = None) -> int:
     restart.add_argument("names", nargs="+")
     restart.add_argument("--commit", required=True, help="the first results commit measured with the new method")
     restart.add_argument("--why", required=True, help="what changed in the method")
+    pin_parser = sub.add_parser("pin", help="pin the version asv reads now (no restart), with its method hash: "
+                                "before a benchmark's code moves, so that the move cannot restart its series")
+    pin_parser.add_argument("names", nargs="*",
+                            help="benchmarks to pin (default: every benchmark not pinned yet)")
     args = parser.parse_args(argv)
+    if args.action == "pin":
+        return _pin(args.names)
     if args.action == "check":
         pins = load_pins(args.benchmarks / PINS_FILE.name)
         found = drifts(pins, discovered(pins, args.benchmarks))
@@ -269,6 +276,23 @@ def main(argv: list[str] | None = None) -> int:
             restarted = (*pin.restarts, {"commit": args.commit, "previous": pin.version, "why": args.why})
             pins[name] = Pin(version=now, method=now, restarts=restarted)
         print(f"{name}: version {pins[name].version[:12]}, method {now[:12]}")
+    save_pins(pins)
+    return 0
+
+
+def _pin(names: list[str]) -> int:
+    pins = load_pins()
+    benchmarks = discovered()
+    wanted = names or [name for name in benchmarks if name not in pins]
+    missing = [name for name in wanted if name not in benchmarks]
+    if missing:
+        print(f"{COMMAND}: not a benchmark of the suite: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    for name in wanted:
+        held = pins.get(name)
+        pins[name] = Pin(version=benchmarks[name].version, method=method_hash(benchmarks[name]),
+                         restarts=held.restarts if held is not None else ())
+        print(f"{name}: version {pins[name].version[:12]} pinned")
     save_pins(pins)
     return 0
 

@@ -12,10 +12,10 @@ from pitfalls.calibration.once import OneRun
 from pitfalls.calibration.table import GROUP_MEMORY, SHM_IN_FLIGHT, Check, Reading
 from pitfalls.probes.group_memory import GroupMemory, GroupMemorySampler, group_members, shm_segments, wait_for_samples
 from pitfalls.probes.result import Unavailable
+from pitfalls.units import MIB
 
 __all__ = ["PlantedGroup", "group_memory_checks", "run_planted_group"]
 
-MIB = 1 << 20
 
 # A child is a bare interpreter (no torch, no copy-on-write pages shared with the parent, whose splitting would
 # move pages between USS and PSS while the window is open): it maps the segment and reports ready; on a first

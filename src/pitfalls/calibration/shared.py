@@ -1,11 +1,10 @@
 """The shared checks: known answers for the figures every family has, through the suite's own functions.
 
-Each check builds a case of the ``calibration`` family (planted costs) with ``benchmarks/common.py``'s ``case``
-and reads it with the function the asv benchmark uses (``step`` under the probes' timer, ``speedup``,
-``sync_hazards``, ``cuda_peak_mib``, ``cuda_syncs``, ``nvml_window``) or the probe ``pitfalls probe`` uses
-(``compile_probe``), so a fault in any of them shows as a row that misses its planted value. The compile-seconds
-row compiles under ``common.cold_compile_cache`` and reads ``CompileReport.compile_s``, as ``common.compile_figures``
-does.
+Each check builds a case of the ``calibration`` family (planted costs) with `pitfalls.measure`'s ``case`` and
+reads it with the function the asv benchmark uses (``step`` under the probes' timer, ``speedup``, ``sync_hazards``,
+``cuda_peak_mib``, ``cuda_syncs``, ``nvml_window``) or the probe ``pitfalls probe`` uses (``compile_probe``), so a
+fault in any of them shows as a row that misses its planted value. The compile-seconds row compiles under
+``measure.cold_compile_cache`` and reads ``CompileReport.compile_s``, as ``measure.compile_figures`` does.
 """
 
 from __future__ import annotations
@@ -17,13 +16,12 @@ import signal
 import statistics
 import time
 from collections.abc import Callable
-from types import ModuleType
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from pitfalls.calibration.suite import suite_module
+from pitfalls import measure
 from pitfalls.calibration.table import (
     COMPILE_SECONDS,
     CUDA,
@@ -45,11 +43,11 @@ from pitfalls.families import calibration as planted
 from pitfalls.probes.compiled import CompileReport, compile_probe
 from pitfalls.probes.result import Unavailable
 from pitfalls.probes.timing import cuda_event_time, wall_time
+from pitfalls.units import MIB
 
 __all__ = ["compile_seconds", "planted_backend", "planted_compile", "shared_checks"]
 
 FAMILY = planted.FAMILY.name
-MIB = 1 << 20
 # Long enough that the last scheduling slice a loaded machine adds to a wait is a small part of it.
 SELF_MS = 20
 # What the planted torch.compile backend takes to compile: well above the jitter of dynamo's own tracing of a tiny
@@ -90,26 +88,18 @@ def median_reading(measure: Callable[[str], Reading], times: int = 3) -> Callabl
     return measure_median
 
 
-def _common() -> ModuleType:
-    common = suite_module("common")
-    if isinstance(common, Unavailable):
-        raise RuntimeError(common.reason)
-    return common
-
-
 def _case(variant: str, device: str = "cpu", **sizes: Any) -> Any:
     params = {"ms": 0, "items": 0, "mib": 0, **sizes}
-    return _common().case(FAMILY, variant, device, "eager", **params)
+    return measure.case(FAMILY, variant, device, "eager", **params)
 
 
 def _busy_times(ms: float) -> Callable[[str], Reading]:
-    """Time per call of a T ms busy-wait: the probes' timer around ``common.step``, against what the waits took."""
+    """Time per call of a T ms busy-wait: the probes' timer around ``measure.step``, against what the waits took."""
 
-    def measure(_device: str) -> Reading:
+    def read(_device: str) -> Reading:
         case = _case(planted.HALF, ms=ms)
-        common = _common()
         with planted.recording() as record:
-            timing = wall_time(lambda: common.step(case), warmup=1, min_run_time=max(0.2, 8 * ms / 1e3))
+            timing = wall_time(lambda: measure.step(case), warmup=1, min_run_time=max(0.2, 8 * ms / 1e3))
         # The timed calls are the last blocks x calls of the record (the Timer sized its blocks first).
         timed = [seconds for _, seconds in record][-timing.blocks * timing.calls_per_block:]
         per_block = [statistics.fmean(timed[i:i + timing.calls_per_block])
@@ -119,11 +109,11 @@ def _busy_times(ms: float) -> Callable[[str], Reading]:
                        detail=f"nominal {ms} ms; {timing.blocks} blocks x {timing.calls_per_block}; the waits took "
                               f"{truth:.2f} ms (median of block means)")
 
-    return measure
+    return read
 
 
 def _paired_truth(record: list[tuple[float, float]], slow_ms: float, fast_ms: float) -> float | Unavailable:
-    """The median per-round ratio of what the waits really took, rounds paired as ``common.speedup`` pairs them.
+    """The median per-round ratio of what the waits really took, rounds paired as ``measure.speedup`` pairs them.
 
     The rounds are baseline, candidate, baseline, candidate ... after one warm-up pair.
     """
@@ -138,7 +128,7 @@ def _speedup_between(slow_ms: int, fast_ms: int, nominal: float, note: str = "")
                  else slow_ms)
     fast = _case(planted.HALF, ms=fast_ms)
     with planted.recording() as record:
-        ratio = _common().speedup(slow, fast)
+        ratio = measure.speedup(slow, fast).ratio
     truth = _paired_truth(record, slow_ms, fast_ms)
     if isinstance(truth, Unavailable):
         return Reading(planted=nominal, measured=truth)
@@ -185,17 +175,16 @@ def _speedup_self_with_workers(_device: str) -> Reading:
 def _peak_memory(mib: int) -> Callable[[str], Reading]:
     """Peak memory of one call as asv's ``peakmem`` reads it: the growth of ru_maxrss of a fresh forked process."""
 
-    def measure(_device: str) -> Reading:
+    def read(_device: str) -> Reading:
         case, empty = _case(planted.HALF, mib=mib), _case(planted.HALF, mib=0)
-        common = _common()
         read, write = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: one call, then report its high-water growth and leave without cleanup
             os.close(read)
             torch.set_num_threads(1)  # the parent's OpenMP pool does not survive a fork: never wake it here
-            common.step(empty)  # the same call with nothing planted: what the call costs besides the N MiB
+            measure.step(empty)  # the same call with nothing planted: what the call costs besides the N MiB
             before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-            common.step(case)
+            measure.step(case)
             after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             os.write(write, f"{after - before}".encode())
             os._exit(0)
@@ -210,15 +199,15 @@ def _peak_memory(mib: int) -> Callable[[str], Reading]:
             return Reading(planted=mib, measured=Unavailable("the forked process reported nothing within 60 s"))
         return Reading(planted=mib, measured=int(text) / 1024, detail="ru_maxrss growth of a forked process")
 
-    return measure
+    return read
 
 
 def _sync_hazards(k: int) -> Callable[[str], Reading]:
-    def measure(_device: str) -> Reading:
-        return Reading(planted=k, measured=_common().sync_hazards(_case(planted.NAIVE, items=k)),
+    def read(_device: str) -> Reading:
+        return Reading(planted=k, measured=measure.sync_hazards(_case(planted.NAIVE, items=k)),
                        detail=f"{k} planted .item()")
 
-    return measure
+    return read
 
 
 def _two_breaks(x: torch.Tensor) -> torch.Tensor:
@@ -239,12 +228,12 @@ def _recompiles(s: int) -> Callable[[str], Reading]:
     def fn(x: torch.Tensor) -> torch.Tensor:
         return (x * 2).sum()
 
-    def measure(_device: str) -> Reading:
+    def read(_device: str) -> Reading:
         sizes = [8 * (i + 1) for i in range(s + 1)]
         report = compile_probe(fn, lambda n: (torch.ones(n),), sizes, dynamic=False, backend="eager", steady_calls=1)
         return Reading(planted=s, measured=report.recompiled_graphs, detail=f"sizes {sizes}, dynamic=False")
 
-    return measure
+    return read
 
 
 def _tiny(x: torch.Tensor) -> torch.Tensor:
@@ -284,8 +273,8 @@ def compile_seconds(report: CompileReport) -> float:
 
 
 def _compiled_figure(ms: float, figure: Callable[[CompileReport], float]) -> float:
-    """The figure of `_tiny` compiled by a backend of ``ms``, as ``common.compile_figures`` compiles a case."""
-    with _common().cold_compile_cache():
+    """The figure of `_tiny` compiled by a backend of ``ms``, as ``measure.compile_figures`` compiles a case."""
+    with measure.cold_compile_cache():
         report = compile_probe(_tiny, lambda n: (torch.ones(n),), [8], backend=planted_backend(ms))
     return figure(report)
 
@@ -306,7 +295,7 @@ def planted_compile(ms: float = COMPILE_MS,
         ``measure(device) -> Reading`` in ms.
     """
 
-    def measure(_device: str) -> Reading:
+    def read(_device: str) -> Reading:
         for _ in range(COMPILE_WARMUPS):
             _compiled_figure(0, figure)
         differences = []
@@ -322,7 +311,7 @@ def planted_compile(ms: float = COMPILE_MS,
                        detail=f"backend spinning {ms:g} ms against 0 ms, cold caches; median of {COMPILE_PAIRS} "
                               f"pairs ({shown} ms)")
 
-    return measure
+    return read
 
 
 def _no_cuda() -> Unavailable | None:
@@ -369,14 +358,14 @@ def _cuda_event_time(_device: str) -> Reading:
 
 
 def _cuda_peak(mib: int) -> Callable[[str], Reading]:
-    def measure(_device: str) -> Reading:
+    def read(_device: str) -> Reading:
         if (why := _no_cuda()) is not None:
             return Reading(planted=mib, measured=why)
         case = _case(planted.HALF, device="cuda", mib=mib)
-        return Reading(planted=mib, measured=_common().cuda_peak_mib(case) - _baseline_cuda_mib(),
+        return Reading(planted=mib, measured=measure.cuda_peak_mib(case) - _baseline_cuda_mib(),
                        detail="allocator high-water mark of one call, less the case's own tensors")
 
-    return measure
+    return read
 
 
 def _baseline_cuda_mib() -> float:
@@ -387,14 +376,13 @@ def _baseline_cuda_mib() -> float:
 def _cuda_syncs(_device: str) -> Reading:
     if (why := _no_cuda()) is not None:
         return Reading(planted=1, measured=why)
-    per_call = _common().cuda_syncs(_case(planted.NAIVE, device="cuda", items=1))
+    per_call = measure.cuda_syncs(_case(planted.NAIVE, device="cuda", items=1))
     return Reading(planted=1, measured=per_call, detail="one planted .item() per call, sync debug mode")
 
 
 def _nvml_busy(_device: str) -> Reading:
     if (why := _no_cuda()) is not None:
         return Reading(planted=50.0, measured=why)
-    common = _common()
     cycles = int(_cycles_per_ms() * 10)
 
     class HalfBusy:
@@ -405,7 +393,7 @@ def _nvml_busy(_device: str) -> Reading:
             torch.cuda.synchronize()
             time.sleep(0.010)
 
-    window = common.nvml_window(HalfBusy())
+    window = measure.nvml_window(HalfBusy(), torch.device("cuda"), measure.NVML_WINDOW_S)
     if isinstance(window, Unavailable):
         return Reading(planted=50.0, measured=window)
     busy = window.utilization_pct
@@ -425,13 +413,13 @@ class _Idle:
 
 def _nvml_memory(mib: int) -> Callable[[str], Reading]:
     def used() -> float | Unavailable:
-        window = _common().nvml_window(_Idle())
+        window = measure.nvml_window(_Idle(), torch.device("cuda"), measure.NVML_WINDOW_S)
         if isinstance(window, Unavailable):
             return window
         memory = window.memory_used_mib
         return memory if isinstance(memory, Unavailable) else memory.mean
 
-    def measure(_device: str) -> Reading:
+    def read(_device: str) -> Reading:
         if (why := _no_cuda()) is not None:
             return Reading(planted=mib, measured=why)
         torch.cuda.empty_cache()
@@ -448,7 +436,7 @@ def _nvml_memory(mib: int) -> Callable[[str], Reading]:
         return Reading(planted=mib, measured=holding - bare,
                        detail="NVML device memory used (mean of a window) while the tensor is held, less before")
 
-    return measure
+    return read
 
 
 def shared_checks() -> tuple[Check, ...]:

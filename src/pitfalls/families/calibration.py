@@ -27,9 +27,9 @@ from typing import Any
 import torch
 
 from pitfalls.family import FLOOR, HAZARDS, SPEEDUP, TIME, Case, Comparison, Family, Param
+from pitfalls.units import MIB
 
 NAIVE, HALF = "naive", "half"
-MIB = 1 << 20
 
 
 # (planted ms, wall seconds the call really took) of every planted call, while a calibration check records (None:

@@ -8,16 +8,15 @@ claims table (`pitfalls.report.claims`) reads: the milliseconds, the ratio and t
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pitfalls import measure
 from pitfalls.devices import synchronize
 from pitfalls.family import Case, SkipCase
 from pitfalls.gpu_proof import section_rows
-from pitfalls.measure import nvml_window
-from pitfalls.probes import NvmlSummary, Unavailable, case_speedup, count_cuda_syncs, count_hazards
+from pitfalls.probes import NvmlSummary, Unavailable
 from pitfalls.registry import family
 
 __all__ = ["ARTICLE", "SMALL", "HeadlineSizes", "loader", "loss", "parallel", "sampler_batched", "sampler_compiled",
@@ -93,15 +92,13 @@ def _built(name: str, variant: str, device: str, compiled: bool, sizes: Mapping[
 
 
 def _syncs(case: Case) -> dict[str, Any]:
-    """Sync hazards of one eager call and real CUDA syncs per call (n/a off CUDA)."""
-    counted = count_cuda_syncs(case, calls=3, warmup=1)
-    return {"sync_hazards": count_hazards(case).total,
-            "cuda_syncs": _value(counted if isinstance(counted, Unavailable) else counted.per_call)}
+    """Sync hazards of one eager call and real CUDA syncs per call (n/a off CUDA), as asv publishes them."""
+    return {"sync_hazards": measure.sync_hazards(case), "cuda_syncs": _value(measure.cuda_syncs(case))}
 
 
 def _busy(case: Case, seconds: float) -> Any:
     """NVML's mean GPU busy percent while the case loops (n/a with the reason off a GPU)."""
-    summary = nvml_window(case, case.device, seconds)
+    summary = measure.nvml_window(case, case.device, seconds)
     if not isinstance(summary, NvmlSummary):
         return _value(summary)
     metric = summary.utilization_pct
@@ -122,8 +119,7 @@ def _against(name: str, device: str, sizes: HeadlineSizes, params: Mapping[str, 
             with _built(name, variant, device, compiled, params, rows) as candidate:
                 if candidate is None:
                     continue
-                result = case_speedup(naive, candidate, rounds=sizes.rounds,
-                                      sync=functools.partial(synchronize, naive.device))
+                result = measure.speedup(naive, candidate, rounds=sizes.rounds)
                 row = {"family": name, "variant": variant, "compiled": compiled, "sizes": dict(params),
                        "naive_ms": _ms(result.baseline_median_s), "variant_ms": _ms(result.candidate_median_s),
                        "speedup": round(result.ratio, 3), "naive_sync_hazards": naive_figures["sync_hazards"],

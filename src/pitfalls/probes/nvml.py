@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from pitfalls.probes.result import Unavailable
+from pitfalls.units import MIB
 
 __all__ = [
     "MetricSummary",
@@ -39,7 +40,6 @@ __all__ = [
     "nvml_unavailable_reason",
 ]
 
-_MIB = 1024 * 1024
 # Seconds the sampler waits for NVML when a block starts and ends; nvmlInit alone can take seconds on a machine
 # whose GPUs are not kept initialised (no persistence mode), so this is generous.
 DEFAULT_TIMEOUT_S = 10.0
@@ -374,7 +374,7 @@ class _Window:
 def _readers(nvml: Any, h: Any) -> dict[str, Callable[[], float]]:
     return {
         "utilization_pct": lambda: float(nvml.nvmlDeviceGetUtilizationRates(h).gpu),
-        "memory_used_mib": lambda: nvml.nvmlDeviceGetMemoryInfo(h).used / _MIB,
+        "memory_used_mib": lambda: nvml.nvmlDeviceGetMemoryInfo(h).used / MIB,
         "power_w": lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
         "sm_clock_mhz": lambda: float(nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM)),
     }

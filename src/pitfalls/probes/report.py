@@ -26,10 +26,10 @@ from pitfalls.probes.result import Unavailable
 from pitfalls.probes.syncs import count_cuda_syncs, count_hazards
 from pitfalls.probes.timing import CudaEventTiming, case_speedup, cuda_event_time, wall_time
 from pitfalls.probes.trace import export_trace
+from pitfalls.units import MIB
 
 __all__ = ["CaseLike", "ProbeFigure", "probe_case", "render"]
 
-_MIB = 1024 * 1024
 # Steady-state blocks timed for the time per call of a case with workers, queues or ranks.
 TIME_BLOCKS = 5
 
@@ -145,7 +145,7 @@ def _peak_memory(case: CaseLike) -> ProbeFigure:
     torch.cuda.reset_peak_memory_stats(case.device)
     case()
     synchronize(case.device)
-    return ProbeFigure(name, torch.cuda.max_memory_allocated(case.device) / _MIB, unit, "one call, this process")
+    return ProbeFigure(name, torch.cuda.max_memory_allocated(case.device) / MIB, unit, "one call, this process")
 
 
 def _has_block(case: CaseLike) -> bool:

@@ -38,8 +38,8 @@ from pitfalls.families.loader.probes import COPIED_PER_ITEM, PEAK_PSS, PEAK_USS,
 from pitfalls.families.loader.steps import LoaderStep
 from pitfalls.probes.group_memory import GroupMemory
 from pitfalls.probes.result import Unavailable
+from pitfalls.units import MIB
 
-MIB = 2**20
 PAGE = mmap.PAGESIZE
 WORKERS = 2
 # Large against the main process's own transients (a peak of the sum moved by up to 12 MiB between runs here).

@@ -14,7 +14,6 @@ figure for the records; the calibration plants a known copy through the same fun
 
 from __future__ import annotations
 
-import itertools
 import multiprocessing
 import sys
 import time
@@ -29,6 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from pitfalls.families.loader.workers import CyclingSampler, WorkerBoard, WorkerInit, settle_before_fork
 from pitfalls.family import SkipCase
+from pitfalls.units import MIB
 
 RECORD_FORMS = ("objects", "arrays")
 # The sizes the asv benchmark sweeps, per grid: 100,000 records is a mid-sized detection set's annotations.
@@ -36,7 +36,6 @@ GRIDS = {
     "quick": {"num_workers": (2,), "items": (100_000,)},
     "full": {"num_workers": (1, 2, 4), "items": (100_000, 1_000_000)},
 }
-_MIB = 2**20
 # How long the workers get, after the epoch's last batch, to finish the batches DataLoader asked ahead of it.
 SETTLE_S = 0.5
 
@@ -258,26 +257,11 @@ def metadata_memory(form: str, *, workers: int, items: int = 100_000, batch: int
                         collate=collate_rows, start_method=start_method, seed=seed)
 
 
-def memory_table(param_names: list[str], params: list[list[Any]]) -> dict[tuple[Any, ...], EpochMemory | str]:
-    """`metadata_memory` of every parameter set (metadata, num_workers, items), or the reason it cannot run.
-
-    Args:
-        param_names: the benchmark's axes, ``metadata``, ``num_workers`` and ``items`` in any order.
-        params: their values.
-
-    Returns:
-        The figures by the tuple of values asv passes, or the reason for a set that cannot be measured here.
-    """
-    table: dict[tuple[Any, ...], EpochMemory | str] = {}
-    for values in itertools.product(*params):
-        named = dict(zip(param_names, values, strict=True))
-        try:
-            table[values] = metadata_memory(named["metadata"], workers=named["num_workers"], items=named["items"])
-        except SkipCase as skip:
-            table[values] = skip.reason
-    return table
+def records_memory(metadata: str, num_workers: int, items: int) -> EpochMemory:
+    """`metadata_memory` by the benchmark's axes: the records' form, the workers and the items."""
+    return metadata_memory(metadata, workers=num_workers, items=items)
 
 
 def mib(values: Sequence[int] | int) -> float:
     """Bytes to MiB (a sequence: its sum)."""
-    return (values if isinstance(values, int) else sum(values)) / _MIB
+    return (values if isinstance(values, int) else sum(values)) / MIB

@@ -37,12 +37,12 @@ from pitfalls.families.loader.verdict import STARVES_BELOW, judge
 from pitfalls.family import FLOOR, SkipCase
 from pitfalls.probes.group_memory import GroupMemory, shm_segments
 from pitfalls.probes.result import Unavailable
+from pitfalls.units import MIB
 
-_MIB = 2**20
 # A worker's USS moves by this much between two readings with nothing copied: with a planted data set that copies
 # nothing, and on the quick grid's rungs, the window's growth read -2.2 to +0.9 MiB per worker here (the heap that
 # malloc_trim returns, OpenCV's buffers, the interpreter's own). A growth below it is no copy-on-write figure.
-COW_NOISE_FLOOR_BYTES = 3 * _MIB
+COW_NOISE_FLOOR_BYTES = 3 * MIB
 # How often the workers' batch counters are read while the in-flight batches settle, and how long the queues'
 # feeder threads then get to hand the last batch over.
 SETTLE_POLL_S = 0.05
@@ -275,7 +275,7 @@ class CopyOnWrite:
         floor = COW_NOISE_FLOOR_BYTES * len(self.window)
         if sum(self.window) < floor:
             return Unavailable(f"the workers grew {sum(self.window) / 1024:+,.0f} KiB over {self.items_read} items "
-                               f"read, below the noise floor of {COW_NOISE_FLOOR_BYTES / _MIB:g} MiB per worker (a "
+                               f"read, below the noise floor of {COW_NOISE_FLOOR_BYTES / MIB:g} MiB per worker (a "
                                "worker's heap moves that much between readings with nothing copied): read more items")
         return sum(self.window) / self.items_read
 
@@ -327,7 +327,6 @@ def batch_step(case: Any) -> BatchStep:
     return case.call
 
 
-MIB = 2**20
 
 
 def _or_reason(measure: Callable[[], Any]) -> Any:

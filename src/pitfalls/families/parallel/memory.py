@@ -78,13 +78,12 @@ def fits_on_gpu(variant: str, world_size: int, image_size: int) -> Callable[[int
     skipped for another reason is not taken for "too big" (it ends the search with its reason). Between tries the
     allocator is emptied and its peak reset on every device.
     """
-    from pitfalls import registry  # the registry imports the families
     from pitfalls.distributed import RankFailed
-    from pitfalls.families.parallel import estimates_off
+    from pitfalls.families.parallel.entry import FAMILY, estimates_off
 
     def fits(batch: int) -> bool:
         try:
-            with estimates_off(), registry.family("parallel").build(
+            with estimates_off(), FAMILY.build(
                     variant, device="cuda", world_size=world_size, batch=batch, image_size=image_size) as case:
                 for _ in range(2):
                     case()

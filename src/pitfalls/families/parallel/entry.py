@@ -12,7 +12,7 @@ data_parallel                 ``nn.DataParallel`` over ``world_size`` GPUs; the 
 data_parallel_loss_inside     the article's first fix: the loss is computed inside each replica's
                               forward, so only one scalar per replica returns to GPU 0
 ddp                           ``DistributedDataParallel``, one process per device started by ``torchrun``
-                              (`parallel_launch`, `parallel_rank`); gloo on the CPU, nccl on GPUs
+                              (`launch`, `rank`); gloo on the CPU, nccl on GPUs
 ============================= ========================================================================
 
 Why ``single`` comes first and there is no floor: the suite reads the first variant as the reference of the
@@ -39,7 +39,7 @@ fit in DDP's first bucket, and ``wide``, the same net with a 25 MiB head whose g
 that communication can overlap backward (exposed against in flight). Weak scaling: ddp's samples/s at W ranks
 over W times one rank's.
 
-What each process runs (the data, the net, the `Trainer`) is in `parallel_step`; this module holds the entry, the
+What each process runs (the data, the net, the `Trainer`) is in `step`; this module holds the entry, the
 devices, the family's own figures and the gate.
 
 Devices. ``data_parallel*`` need 2 or more CUDA devices; a case asking for more ranks than the machine has
@@ -53,7 +53,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, cast
 
@@ -62,7 +61,7 @@ from torch import Tensor
 
 from pitfalls.devices import CPU_DEVICE_THREADS, fits
 from pitfalls.families.loss import estimate_train_step_bytes
-from pitfalls.families.parallel_calibration import (
+from pitfalls.families.parallel.checks import (
     CHECKS,
     EXPOSED_FIGURE,
     IMBALANCE_FIGURE,
@@ -73,8 +72,8 @@ from pitfalls.families.parallel_calibration import (
     SCALING_FIGURE,
     STEP_TIME_FIGURE,
 )
-from pitfalls.families.parallel_launch import DdpGroup, RankFailed
-from pitfalls.families.parallel_step import (
+from pitfalls.families.parallel.launch import DdpGroup, RankFailed
+from pitfalls.families.parallel.step import (
     DATA_PARALLEL,
     DATA_PARALLEL_LOSS_INSIDE,
     DDP,
@@ -95,19 +94,17 @@ from pitfalls.families.parallel_step import (
     parameter_count,
     per_second,
     seeded_images,
-    synchronize_all,
     utilization,
 )
-from pitfalls.families.parallel_step import (
+from pitfalls.families.parallel.step import (
     scaling_efficiency as scaling_efficiency,  # the benchmarks' weak scaling, with the family's figures
 )
 from pitfalls.family import SPEEDUP, TIME, Case, Comparison, Family, OwnFigure, Param, SkipCase
-from pitfalls.probes.nvml import NvmlSampler
 from pitfalls.probes.result import Unavailable
 
 
 class Runner(Protocol):
-    """What a case of this family calls: a `Trainer` in this process, or a `parallel_launch.RankGroup`."""
+    """What a case of this family calls: a `Trainer` in this process, or a `launch.RankGroup`."""
 
     def __call__(self) -> Any: ...
 
@@ -159,18 +156,13 @@ def case_devices(case: Case) -> list[torch.device]:
 
 def busy_per_device(case: Case, seconds: float) -> tuple[float, ...] | Unavailable:
     """NVML's GPU utilization (mean %) of each of the case's devices while it loops for ``seconds``."""
+    from pitfalls.measure import nvml_windows  # the measuring layer builds cases through the registry of families
+
     if case.device.type != "cuda":
         return Unavailable(f"case runs on {case.device}: no GPU for NVML to read")
-    devices = case_devices(case)
-    with contextlib.ExitStack() as stack:
-        samplers = [stack.enter_context(NvmlSampler(device)) for device in devices]
-        deadline = time.perf_counter() + seconds
-        while time.perf_counter() < deadline:
-            case()
-        synchronize_all(devices)
     busy = []
-    for sampler in samplers:
-        mean = utilization(sampler.summary)
+    for summary in nvml_windows(case, case_devices(case), seconds):
+        mean = utilization(summary)
         if isinstance(mean, Unavailable):
             return mean
         busy.append(mean)
@@ -221,7 +213,7 @@ def figure(measure: Callable[[], T | Unavailable]) -> T | Unavailable:
 
 
 def make_runner(variant: str, device: torch.device, config: StepConfig) -> Runner:
-    """What a case of a variant calls: a `Trainer` here, or for ddp a `parallel_launch.DdpGroup` whose ranks are
+    """What a case of a variant calls: a `Trainer` here, or for ddp a `launch.DdpGroup` whose ranks are
     started now. Raises `SkipCase` first when this machine cannot run it (no devices, or no memory for it)."""
     check_devices(variant, device, config.world_size)
     check_memory(variant, device, config)
@@ -481,3 +473,17 @@ FAMILY = Family(
                        "track_peak_memory_rank0": RANK0_MEMORY_FIGURE, "track_peak_memory_others": OTHERS_MEMORY_FIGURE,
                        "track_memory_imbalance": IMBALANCE_FIGURE, "track_scaling_efficiency": SCALING_FIGURE},
 )
+
+
+def case_figures(variant: str, device: str, *, nvml_seconds: float = 2.0, **sizes: Any) -> ParallelFigures:
+    """One case's `measure_figures`: built, measured and closed, so that cases measured one after the other in one
+    process are never live together.
+
+    Raises:
+        SkipCase: the case cannot run here, or its ranks failed to start (the other cases are still measured).
+    """
+    try:
+        with FAMILY.build(variant, device=device, **sizes) as case:
+            return measure_figures(case, nvml_seconds=nvml_seconds)
+    except RankFailed as error:
+        raise SkipCase(f"the ranks failed to start: {str(error).splitlines()[0]}") from error

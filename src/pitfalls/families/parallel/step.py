@@ -3,7 +3,7 @@
 What every process of the family runs, the benchmark process (``single``, DataParallel) and each DDP rank alike:
 the seeded global batch and each rank's share of it, the net's seeded initial weights, and a `Trainer` that runs
 one step and measures its time, peak memory and communication. The family's entry, its devices, figures and gate
-are in `parallel`; the DDP launcher and rank entry point in `parallel_launch` and `parallel_rank`.
+are in `parallel`; the DDP launcher and rank entry point in `launch` and `rank`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Known answers for the parallel family's step time and communication, planted as sleeps in rank groups.
 
-They run through the family's own path (`parallel_launch.DdpGroup.block`: the rank module's ``time`` command,
+They run through the family's own path (`launch.DdpGroup.block`: the rank module's ``time`` command,
 `pitfalls.distributed.time_steps` in each rank after a barrier, `pitfalls.distributed.step_seconds` over the
 ranks), with the training step replaced by a sleep (``--plant-sleep-ms``), or a real DDP step whose all-reduce
 waits a planted time first in every rank or in one (``--plant-comm-ms``, `DdpGroup.exposed_communication` and
@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 
 from pitfalls.calibration.once import OneRun
 from pitfalls.calibration.table import CPU, SPEEDUP, Check, Reading, own_instrument
-from pitfalls.families.parallel_launch import RANK_MODULE, DdpGroup
-from pitfalls.families.parallel_step import (
+from pitfalls.families.parallel.launch import RANK_MODULE, DdpGroup
+from pitfalls.families.parallel.step import (
     DDP,
     STEP_PEAK,
     ParallelFigures,

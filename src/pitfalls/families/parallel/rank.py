@@ -2,13 +2,13 @@
 
 Two ways to run it:
 
-- **Driven**: started by `pitfalls.distributed.RankGroup` (the family's `parallel_launch.ddp_group`) on one
+- **Driven**: started by `pitfalls.distributed.RankGroup` (the family's `launch.ddp_group`) on one
   machine; the rank builds its share of the step, then runs the group's commands (`COMMANDS`) until told to stop.
 - **Standalone** (``--steps N --out DIR``, under ``torchrun``): the rank times N steps with the same routine
   (`pitfalls.distributed.time_steps`), measures its memory, communication and (on a GPU) NVML busy %, and writes
   ``DIR/rank<r>-<host>.json``; rank 0 also writes ``DIR/summary.json`` with every rank's figures and the step time
   (the slowest rank's median). This is the multi-node form: one ``torchrun --nnodes=N ...
-  -m pitfalls.families.parallel_rank ...`` command per node (see the README).
+  -m pitfalls.families.parallel.rank ...`` command per node (see the README).
 
 RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT come from the launcher; the process group is gloo on the
 CPU and nccl on GPUs (rank r on its node's cuda:LOCAL_RANK).
@@ -36,13 +36,13 @@ import torch.distributed as dist
 from pitfalls.distributed import serve, step_seconds, time_steps
 from pitfalls.distributed.control import CONTROL_ENV
 from pitfalls.distributed.launch import PROCESS_GROUP_TIMEOUT_S
-from pitfalls.families.parallel_step import DDP, MODELS, SEGNET, StepConfig, Trainer, make_trainer, utilization
+from pitfalls.families.parallel.step import DDP, MODELS, SEGNET, StepConfig, Trainer, make_trainer, utilization
 from pitfalls.probes.nvml import NvmlSampler
 from pitfalls.probes.result import Unavailable
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m pitfalls.families.parallel_rank", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m pitfalls.families.parallel.rank", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu",
                         help="cpu (gloo) or cuda (nccl); default cuda when present")

@@ -1,6 +1,6 @@
 """The parallel family's DDP step as a `pitfalls.distributed.RankGroup`: one rank per device, kept alive.
 
-`DdpGroup` is what a ``ddp`` case calls: its ranks run `parallel_rank`'s command table; a step, a timed block
+`DdpGroup` is what a ``ddp`` case calls: its ranks run `rank`'s command table; a step, a timed block
 (`pitfalls.distributed.time_steps` in every rank, the slowest rank's median), each rank's memory, communication,
 weights and shard are one command each.
 """
@@ -16,12 +16,12 @@ import torch
 from pitfalls.devices import CPU_DEVICE_THREADS
 from pitfalls.distributed import RankFailed, RankGroup, step_seconds
 from pitfalls.distributed.launch import START_TIMEOUT_S, STEP_TIMEOUT_S
-from pitfalls.families.parallel_step import RankFigures, Shard, StepConfig
+from pitfalls.families.parallel.step import RankFigures, Shard, StepConfig
 from pitfalls.probes.result import Unavailable
 
 __all__ = ["RANK_MODULE", "DdpGroup", "RankFailed", "rank_arguments"]
 
-RANK_MODULE = "pitfalls.families.parallel_rank"
+RANK_MODULE = "pitfalls.families.parallel.rank"
 
 
 def rank_arguments(config: StepConfig, device_type: str, threads: int) -> list[str]:
@@ -87,7 +87,7 @@ class DdpGroup:
         return with_sync - without
 
     def measure(self) -> list[RankFigures]:
-        """Every rank's time and peak memory of a step (`parallel_step.Trainer.measure`)."""
+        """Every rank's time and peak memory of a step (`step.Trainer.measure`)."""
         return [RankFigures(**json.loads(reply)) for reply in self.run("measure")]
 
     def communication(self) -> float | Unavailable:
