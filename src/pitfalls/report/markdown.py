@@ -409,8 +409,8 @@ def _uncalibrated_lines(rows: Sequence[Row]) -> list[str]:
     if not marked:
         return []
     return ["## Uncalibrated figures", "",
-            "No check of `pitfalls calibrate` reads these figures on a known answer (see the README's \"How we know "
-            "the figures are right\"):", "", *[f"- `{name}`" for name in marked], ""]
+            "No check of `pitfalls calibrate` reads these figures on a known answer (see the suite's "
+            "docs/methodology.md):", "", *[f"- `{name}`" for name in marked], ""]
 
 
 def summary_markdown(
