@@ -59,7 +59,7 @@ class Speedup(shapes.Speedup):
     timeout = TIMEOUT_S
 
     def track_speedup(self, *params: Any) -> float:
-        return common.speedup(self.naive_case, self.case, units=SPEEDUP_STEPS)
+        return common.speedup(self.naive_case, self.case, calls=SPEEDUP_STEPS)
 
 
 def one_rank_key(case: dict[str, Any]) -> tuple[Any, ...]:

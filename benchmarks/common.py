@@ -103,10 +103,10 @@ def require_cuda() -> None:
         skip("no CUDA device")
 
 
-def speedup(baseline: Case, candidate: Case, *, units: int = 1) -> float:
+def speedup(baseline: Case, candidate: Case, *, calls: int = 1) -> float:
     """The speedup by `measure.speedup`, with the grid's rounds and blocks."""
     return measure.speedup(baseline, candidate, rounds=GRID.speedup_rounds, blocks=GRID.speedup_blocks,
-                           units=units).ratio
+                           calls=calls).ratio
 
 
 SERIES_VERSIONS = {name: pin["version"] for name, pin in

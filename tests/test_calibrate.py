@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from pitfalls.calibration import shared
+from pitfalls.calibration import figure_checks as shared
 from pitfalls.calibration.run import all_checks, run_checks
 from pitfalls.calibration.table import CPU, CUDA, Check, Reading
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from fakes import FakeClock, FakeEvent
 
-from pitfalls.calibration import shared
+from pitfalls.calibration import figure_checks as shared
 
 
 class FakeGpu:

@@ -71,7 +71,7 @@ def test_check_shows_sync_hazards_per_variant(capsys):
     rows = {tuple(cell.strip() for cell in line.split("│")[1:3]): line
             for line in capsys.readouterr().out.splitlines() if " cpu " in line}
     hazards = {key: row.split("│")[6].strip() for key, row in rows.items()}
-    # Per call at the smoke size: the loss's six (see its section in the README), the sampler's two per row.
+    # Per call at the smoke size: the loss's six (see docs/families/loss.md), the sampler's two per row.
     assert int(hazards["loss", "naive"]) == 6 and int(hazards["sampler", "nonzero"]) == 2
     assert int(hazards["loss", "ignore_index"]) == 0 and int(hazards["sampler", "static"]) == 0
     # A family whose figures leave sync hazards out (a DataLoader's work happens in other processes) says n/a.

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from pitfalls.calibration import shared
+from pitfalls.calibration import figure_checks as shared
 from pitfalls.calibration.marks import instrument_of
 from pitfalls.calibration.run import run_checks
 from pitfalls.calibration.table import COMPILE_SECONDS, CPU, Check, verdict

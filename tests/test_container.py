@@ -40,7 +40,7 @@ def test_the_default_base_carries_a_torch_version_the_suite_measures(dockerfile)
     tag = dockerfile.baseimage.split(":", 1)[1]
     torch_version = tag.split("-", 1)[0]
     assert torch_version in Config.load(str(ROOT / "asv.conf.json")).matrix["req"]["torch"]
-    assert torch_version in (ROOT / "README.md").read_text()
+    assert torch_version in (ROOT / "docs" / "operations.md").read_text()
 
 
 def test_the_suite_folder_belongs_to_the_suites_user_before_anything_is_written(dockerfile):
@@ -58,7 +58,7 @@ def test_any_uid_has_a_writable_home_and_run_folders(dockerfile):
     env = " ".join(instructions(dockerfile, "ENV"))
     assert "HOME=/home/pitfalls" in env
     assert any('chmod -R a+rwX .asv results html "$HOME"' in run for run in instructions(dockerfile, "RUN"))
-    assert '--user "$(id -u):$(id -g)"' in (ROOT / "README.md").read_text()
+    assert '--user "$(id -u):$(id -g)"' in (ROOT / "docs" / "operations.md").read_text()
 
 
 def test_runs_as_a_non_root_user(dockerfile):

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pitfalls.calibration import group_memory as planted
+from pitfalls.calibration import group_memory_checks as planted
 from pitfalls.calibration.table import verdict
 from pitfalls.probes import group_memory as gm
 from pitfalls.probes.result import Unavailable

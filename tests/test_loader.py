@@ -19,6 +19,11 @@ import psutil
 import pytest
 import torch
 
+import pitfalls.families.loader.datasets
+import pitfalls.families.loader.device
+import pitfalls.families.loader.equivalence
+import pitfalls.families.loader.variants
+import pitfalls.families.loader.workers  # noqa: F401 - loader.<module> below
 from pitfalls import cli, registry
 from pitfalls.families import loader
 from pitfalls.families.loader import probes as loader_probes
@@ -59,7 +64,7 @@ def step(variant, **given):
 
 
 def delivered(variant, batches=2, decoder=None, **given):
-    return loader.delivered(variant, CPU, params(**given), batches=batches, decoder=decoder)
+    return loader.equivalence.delivered(variant, CPU, params(**given), batches=batches, decoder=decoder)
 
 
 def children_alive(pids):
@@ -101,7 +106,7 @@ def test_bad_parameters_get_a_clear_error(data_cache, given, error, message):
 
 
 def test_what_cannot_run_here_is_a_skip_with_the_reason(data_cache):
-    cores = loader.usable_cores()
+    cores = loader.workers.usable_cores()
     with pytest.raises(SkipCase, match=rf"num_workers={cores + 1} is more than the {cores} usable CPU cores.*GiB"):
         FAMILY.build("uint8", **{**FAMILY.smoke, "num_workers": cores + 1})
     with pytest.raises(SkipCase, match=r"needs about .* GiB on cpu"):
@@ -117,8 +122,8 @@ def test_what_cannot_run_here_is_a_skip_with_the_reason(data_cache):
 
 def test_pinning_is_an_axis_no_rung_switches():
     cuda, resolved = torch.device("cuda"), params()
-    assert not any(loader.pinned(v, cuda, resolved) for v in FAMILY.cases)
-    assert all(loader.pinned(v, cuda, {**resolved, "pin_memory": True}) for v in FAMILY.cases)
+    assert not any(loader.steps.pinned(v, cuda, resolved) for v in FAMILY.cases)
+    assert all(loader.steps.pinned(v, cuda, {**resolved, "pin_memory": True}) for v in FAMILY.cases)
 
 
 # --- the data -------------------------------------------------------------------------------------------------
@@ -168,13 +173,13 @@ def test_one_batch_reproduces_the_articles_byte_table_from_its_tensors(data_cach
         (32, 3, 512, 512), torch.float32, (32, 512, 512), torch.int64)
     assert images.nbytes == 512 * 512 * 3 * 4 * 32 == 100_663_296
     assert masks.nbytes == 512 * 512 * 1 * 8 * 32 == 67_108_864
-    assert loader.nbytes((images, masks)) == loader.batch_bytes("naive", 32, 512) == 167_772_160
+    assert loader.variants.nbytes((images, masks)) == loader.variants.batch_bytes("naive", 32, 512) == 167_772_160
     one_batch = images.nbytes + masks.nbytes
     host.close()
     compact = loader_probes.batch_step(FAMILY.build("uint8", **sizes))
     small = compact.next_batch()
     assert [t.dtype for t in small] == [torch.uint8, torch.uint8]
-    assert loader.nbytes(small) == loader.batch_bytes("uint8", 32, 512) == 33_554_432
+    assert loader.variants.nbytes(small) == loader.variants.batch_bytes("uint8", 32, 512) == 33_554_432
     assert one_batch / (small[0].nbytes + small[1].nbytes) == 5
     # The article's arithmetic for its 8 workers, one batch each, from the batch's tensors: 1,342,177,280 bytes
     # ("1,336 Mb"); DataLoader's prefetch_factor 2 holds twice that.
@@ -197,7 +202,7 @@ def test_every_case_delivers_normalized_float_images_and_int64_masks(data_cache,
 
 
 @pytest.mark.parametrize(("variant", "storage"), [(v, "list") for v in RUNNABLE_HERE[1:]]
-                         + [(v, "packed") for v in RUNNABLE_HERE if v in loader.RAM_VARIANTS])
+                         + [(v, "packed") for v in RUNNABLE_HERE if v in loader.variants.RAM_VARIANTS])
 def test_with_png_every_variant_delivers_exactly_what_naive_delivers(data_cache, variant, storage):
     want = delivered("naive", batches=3)
     got = delivered(variant, batches=3, storage=storage)
@@ -224,10 +229,10 @@ def test_with_jpeg_every_variant_is_within_the_stated_tolerance_of_naive(data_ca
     sizes = {"image_format": "jpeg", "image_size": 128}
     want = delivered("naive", **sizes)
     got = delivered(variant, **sizes)
-    max_diff, mean_diff, masks_equal = loader.differences(got, want)
+    max_diff, mean_diff, masks_equal = loader.equivalence.differences(got, want)
     assert masks_equal
-    assert 0 < mean_diff <= JPEG_TOLERANCE_LEVELS / min(loader.STD)
-    assert max_diff < 60 / min(loader.STD)
+    assert 0 < mean_diff <= JPEG_TOLERANCE_LEVELS / min(loader.device.STD)
+    assert max_diff < 60 / min(loader.device.STD)
 
 
 def test_gpu_decode_delivers_the_ram_encoded_pixels_given_a_decoder(data_cache):
@@ -235,7 +240,7 @@ def test_gpu_decode_delivers_the_ram_encoded_pixels_given_a_decoder(data_cache):
     # (the undecoded bytes in RAM, their collation, RGB back to BGR, the device normalize) must give exactly
     # what ram_encoded gives from the same JPEG bytes.
     sizes = {"image_format": "jpeg", "image_size": 64}
-    got = delivered("gpu_decode", decoder=loader.opencv_decoder(CPU), **sizes)
+    got = delivered("gpu_decode", decoder=loader.device.opencv_decoder(CPU), **sizes)
     want = delivered("ram_encoded", **sizes)
     for (images, masks), (want_images, want_masks) in zip(got, want, strict=True):
         assert torch.equal(images, want_images) and torch.equal(masks, want_masks)
@@ -246,35 +251,36 @@ def test_gpu_decodes_allowance_covers_nearest_neighbour_chroma_and_still_catches
     # H200 read), within gpu_decode's; and the mistake the gate is there for still fails it.
     sizes = {"image_format": "jpeg", **FAMILY.smoke}
     want = delivered("naive", **sizes)
-    got = delivered("gpu_decode", decoder=loader.nearest_chroma_decoder(CPU), **sizes)
-    _, mean_diff, masks_equal = loader.differences(got, want)
+    got = delivered("gpu_decode", decoder=loader.device.nearest_chroma_decoder(CPU), **sizes)
+    _, mean_diff, masks_equal = loader.equivalence.differences(got, want)
     assert masks_equal
-    assert loader.jpeg_tolerance("ram_encoded") < mean_diff <= loader.jpeg_tolerance("gpu_decode")
+    tolerance = loader.equivalence.jpeg_tolerance
+    assert tolerance("ram_encoded") < mean_diff <= tolerance("gpu_decode")
     swapped = [(images.flip(1), masks) for images, masks in got]
-    assert loader.differences(swapped, want)[1] > 2 * loader.jpeg_tolerance("gpu_decode")
+    assert loader.equivalence.differences(swapped, want)[1] > 2 * loader.equivalence.jpeg_tolerance("gpu_decode")
     # The model changes chroma alone: luma (BT.601) stays OpenCV's, to JPEG rounding.
-    host = delivered("gpu_decode", decoder=loader.opencv_decoder(CPU), **sizes)
-    levels = torch.tensor(loader.STD).view(1, 3, 1, 1)
+    host = delivered("gpu_decode", decoder=loader.device.opencv_decoder(CPU), **sizes)
+    levels = torch.tensor(loader.device.STD).view(1, 3, 1, 1)
     luma = torch.tensor([0.114, 0.587, 0.299]).view(1, 3, 1, 1)  # BGR, as the variants deliver
     for (model, _), (decoded, _) in zip(got, host, strict=True):
         assert float(((model - decoded) * levels * luma).sum(1).abs().mean()) < 1.0
 
 
 def test_gpu_decode_ships_the_jpeg_files_bytes_undecoded(data_cache):
-    files = ensure_data(loader.data_spec(params(image_format="jpeg")))
-    dataset = loader.JpegInRam(files, "packed")
+    files = ensure_data(loader.steps.data_spec(params(image_format="jpeg")))
+    dataset = loader.datasets.JpegInRam(files, "packed")
     encoded, mask = dataset[3]
     assert encoded.dtype == torch.uint8 and encoded.ndim == 1
     assert encoded.numpy().tobytes() == files.image(3).read_bytes()
     assert mask.dtype == torch.uint8 and mask.shape == (48, 48)
-    batch = loader.collate_encoded([dataset[0], dataset[1]])
+    batch = loader.datasets.collate_encoded([dataset[0], dataset[1]])
     assert isinstance(batch[0], list) and batch[1].shape == (2, 48, 48)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the reason given on a machine without CUDA")
 def test_gpu_decode_says_what_it_needs_where_it_cannot_run():
     with pytest.raises(SkipCase, match=r"needs a CUDA device \(this case runs on cpu\)"):
-        loader.torchvision_decoder(CPU)
+        loader.device.torchvision_decoder(CPU)
 
 
 def test_the_gate_passes_every_variant_and_names_what_it_could_not_run(data_cache):
@@ -292,7 +298,7 @@ def test_the_gate_passes_every_variant_and_names_what_it_could_not_run(data_cach
 
 
 def test_the_gate_catches_a_variant_that_delivers_something_else(data_cache, monkeypatch):
-    monkeypatch.setattr(loader.steps, "Consumer", _shifted_consumer(loader.Consumer))
+    monkeypatch.setattr(loader.steps, "Consumer", _shifted_consumer(loader.device.Consumer))
     row = FAMILY.compare("uint8")
     assert not row.matches and "png: images differ" in row.detail
 
@@ -301,7 +307,7 @@ def _shifted_consumer(base):
     class Shifted(base):
         def prepare(self, images, masks):
             normalized, labels = super().prepare(images, masks)
-            return normalized + 0.01 * isinstance(self.normalize, loader.Normalize), labels
+            return normalized + 0.01 * isinstance(self.normalize, loader.device.Normalize), labels
 
     return Shifted
 
@@ -314,10 +320,10 @@ def test_a_case_trains_on_each_batch_and_the_epochs_cycle_without_end(data_cache
     losses = [float(case()) for _ in range(7)]  # 3.5 epochs: no StopIteration at an epoch's end
     assert all(math.isfinite(loss) and loss > 0 for loss in losses)
     case.close()
-    orders = iter(loader.CyclingSampler(4, seed=1))
+    orders = iter(loader.workers.CyclingSampler(4, seed=1))
     first, second = [next(orders) for _ in range(4)], [next(orders) for _ in range(4)]
     assert sorted(first) == sorted(second) == [0, 1, 2, 3]
-    assert [next(iter(loader.CyclingSampler(4, seed=1))) for _ in range(2)] == [first[0]] * 2
+    assert [next(iter(loader.workers.CyclingSampler(4, seed=1))) for _ in range(2)] == [first[0]] * 2
 
 
 def test_model_step_false_delivers_the_batch_only(data_cache):
@@ -347,7 +353,7 @@ def test_close_shuts_every_worker_down(data_cache):
 def own_data(tmp_path, monkeypatch):
     """A data cache of the test's own, which the test may damage."""
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
-    files = ensure_data(loader.data_spec(params()))
+    files = ensure_data(loader.steps.data_spec(params()))
     return files
 
 
@@ -375,7 +381,7 @@ def test_a_corrupt_file_names_the_file_and_the_item(own_data, num_workers):
 def test_corrupt_bytes_in_ram_name_the_item_and_the_file_they_came_from(own_data):
     own_data.image(6).write_bytes(own_data.image(6).read_bytes()[:40])  # truncated: OpenCV returns None
     with pytest.raises(ItemReadError, match=r"item 6: the encoded bytes of 000006\.png \(40 bytes\) is not a decod"):
-        loader.EncodedInRam(own_data, loader.float_item, "list")[6]
+        loader.datasets.EncodedInRam(own_data, loader.datasets.float_item, "list")[6]
     with pytest.raises(ItemReadError, match="decodes to shape"):
         decode(cv2.imencode(".png", np.zeros((5, 5, 3), np.uint8))[1].tobytes(), 1, "x", cv2.IMREAD_COLOR,
                (48, 48, 3))
@@ -401,7 +407,7 @@ def test_a_worker_that_dies_is_a_clear_error_within_the_timeout_and_leaves_no_pr
     started = time.monotonic()
     killed_and_reported(pids[0])
     # Torch's own messages also start "DataLoader worker (pid": only WorkerDied names the pid and the variant.
-    with pytest.raises(loader.WorkerDied) as raised:
+    with pytest.raises(loader.workers.WorkerDied) as raised:
         for _ in range(20):
             case()
     assert time.monotonic() - started < 10 + 10
@@ -416,7 +422,7 @@ def test_a_worker_that_dies_is_a_clear_error_within_the_timeout_and_leaves_no_pr
 def test_the_handlers_report_on_the_way_into_the_cleanup_is_the_death_being_handled(data_cache, monkeypatch):
     # The handler's report can also land on the first line of the cleanup that would hold it off: planted there
     # on the first entry, the death must still end as WorkerDied.
-    real, entries = loader.sigchld_held, []
+    real, entries = loader.workers.sigchld_held, []
 
     def reported_on_entry():
         entries.append(1)
@@ -429,7 +435,7 @@ def test_the_handlers_report_on_the_way_into_the_cleanup_is_the_death_being_hand
     pids = loader_probes.batch_step(case).worker_pids()
     killed_and_reported(pids[0])
     monkeypatch.setattr(steps_module, "sigchld_held", reported_on_entry)
-    with pytest.raises(loader.WorkerDied, match=rf"DataLoader worker \(pid {pids[0]}\) of naive died"):
+    with pytest.raises(loader.workers.WorkerDied, match=rf"DataLoader worker \(pid {pids[0]}\) of naive died"):
         for _ in range(20):
             case()
     assert len(entries) == 2
@@ -537,7 +543,7 @@ def test_batches_in_flight_follow_the_prefetch_formula_not_the_articles(data_cac
     sizes = {"image_size": 64, "batch": 8, "items": 16, "prefetch_factor": prefetch_factor}
     for workers in (1, 2):
         flight = loader_probes.in_flight("naive", "cpu", num_workers=workers, **sizes)
-        assert flight.bytes_per_batch == loader.batch_bytes("naive", 8, 64)
+        assert flight.bytes_per_batch == loader.variants.batch_bytes("naive", 8, 64)
         assert flight.batches == workers * prefetch_factor
         assert flight.measured_bytes == pytest.approx(flight.prefetch_bytes, rel=0.05)
         assert flight.measured_bytes >= 1.9 * flight.article_bytes
@@ -593,7 +599,7 @@ def test_time_figures_are_measured_on_the_case(data_cache):
     assert loader_probes.time_to_first_batch("uint8", "cpu", num_workers=1, **FAMILY.smoke) > 0
     case = FAMILY.build("floor", **FAMILY.smoke)
     assert loader_probes.samples_per_second(loader_probes.batch_step(case), min_seconds=0.1) > 0
-    assert loader_probes.batch_nbytes(loader_probes.batch_step(case)) == loader.batch_bytes("floor", 4, 32)
+    assert loader_probes.batch_nbytes(loader_probes.batch_step(case)) == loader.variants.batch_bytes("floor", 4, 32)
 
 
 # --- the command line -----------------------------------------------------------------------------------------

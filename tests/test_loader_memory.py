@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from pitfalls.calibration.table import verdict
-from pitfalls.families.loader import FAMILY, memory, metadata, probes
+from pitfalls.families.loader import FAMILY, metadata, probes
 from pitfalls.families.loader import memory_checks as calibrations
 from pitfalls.probes import group_memory
 from pitfalls.probes.result import Unavailable
@@ -102,7 +102,7 @@ def parent_only(root_pid: int) -> list[group_memory.MemberSample]:
 
 def test_a_group_memory_that_counts_only_the_parent_fails_its_row(monkeypatch: pytest.MonkeyPatch) -> None:
     # The group's members come from `members_named`: the fault is a table of the parent alone.
-    monkeypatch.setattr(memory, "members_named", lambda pids: parent_only)
+    monkeypatch.setattr(probes, "members_named", lambda pids: parent_only)
     check = check_named("loader: group peak")
     row = verdict(check, check.measure("cpu"))
     assert row.verdict == "fail" and row.measured is not None and row.measured < 0.5 * row.planted, row
@@ -158,7 +158,7 @@ def test_copy_on_write_with_nothing_read_is_na_and_the_old_formula_is_caught() -
 def test_the_peak_is_the_whole_groups_and_sampled_during_the_run() -> None:
     step = calibrations.planted_step(calibrations.HeldPerWorker(32, 16), workers=2)
     try:
-        peak = memory.group_peak(step, batches=8)
+        peak = probes.group_peak(step, batches=8)
     finally:
         step.close()
     assert peak.peak_processes == 3 and peak.samples >= 2

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+import pitfalls.families.loader.device
+import pitfalls.families.loader.equivalence  # noqa: F401 - loader.<module> below
 from pitfalls.families import loader
 from pitfalls.families.loader.data import CACHE_ENV
 from pitfalls.family import SkipCase
@@ -33,8 +35,8 @@ def test_host_decode_ships_uint8_decoded_in_the_workers_and_matches_naive():
 
 def test_host_decode_and_gpu_decode_read_the_same_bytes_and_decode_them_alike():
     params = FAMILY.resolve({**FAMILY.smoke, "image_format": "jpeg"})
-    host = loader.delivered("host_decode", CPU, params)
-    device = loader.delivered("gpu_decode", CPU, params, decoder=loader.opencv_decoder(CPU))
+    host = loader.equivalence.delivered("host_decode", CPU, params)
+    device = loader.equivalence.delivered("gpu_decode", CPU, params, decoder=loader.device.opencv_decoder(CPU))
     for (h_images, h_masks), (d_images, d_masks) in zip(host, device, strict=True):
         assert torch.equal(h_masks, d_masks)
         assert torch.allclose(h_images, d_images, atol=1e-5)

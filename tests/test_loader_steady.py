@@ -35,8 +35,8 @@ def test_the_batches_made_in_advance_are_workers_times_prefetch_plus_one_each():
     assert steady.prefilled(0, 2) == 0
     assert steady.prefilled(2, 2) == 6
     assert steady.batches_to_time(2, 2) == (6, 60)
-    assert steady.batches_to_time(0, 2, units=3) == (0, steady.MIN_BATCHES)
-    assert steady.batches_to_time(1, 2, units=100) == (3, 100)
+    assert steady.batches_to_time(0, 2, calls=3) == (0, steady.MIN_BATCHES)
+    assert steady.batches_to_time(1, 2, calls=100) == (3, 100)
 
 
 def test_a_steady_run_discards_times_and_leaves_no_worker_behind():

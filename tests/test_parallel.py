@@ -523,7 +523,7 @@ def _row_named(start: str):
 def test_exposed_communication_read_as_time_in_flight_fails_its_row(monkeypatch, no_process_left):
     # The mutation: the cost read as the profiler's time in flight, which the wait before the all-reduce is not in.
     check = _row_named("parallel: all-reduce delayed")
-    monkeypatch.setattr(DdpGroup, "exposed_communication", lambda group, units: group.communication())
+    monkeypatch.setattr(DdpGroup, "exposed_communication", lambda group, calls: group.communication())
     row = verdict(check, check.measure("cpu"))
     assert row.verdict == "fail" and row.measured < 0.5 * row.planted, row
 
@@ -605,7 +605,7 @@ def test_a_ddp_case_times_steps_in_its_ranks_that_stay_alive_and_measures_each_r
         assert isinstance(communication, float) and communication > 0
         blocks: list[float] = []
         timed = group.block
-        group.block = lambda units: blocks.append(timed(units)) or blocks[-1]  # keeps each block the figures time
+        group.block = lambda calls: blocks.append(timed(calls)) or blocks[-1]  # keeps each block the figures time
         figures = parallel.measure_figures(case, steps=3, nvml_seconds=0.1)
         assert figures.step_s == blocks[0] and figures.samples_per_s == pytest.approx(4 / figures.step_s)
         assert len(figures.ranks) == 2 and 0.5 < figures.memory_imbalance() < 2  # the same step on both ranks

@@ -165,15 +165,15 @@ def test_blocked_speedup_runs_one_case_per_block_and_takes_the_median_of_block_p
     base = iter([0.020, 0.022, 0.090])  # the third baseline block was disturbed: the median ignores it
     cand = iter([0.010, 0.011, 0.010])
 
-    def baseline(units: int) -> float:
-        calls.append(("a", units))
+    def baseline(calls: int) -> float:
+        calls.append(("a", calls))
         return next(base)
 
-    def candidate(units: int) -> float:
-        calls.append(("b", units))
+    def candidate(calls: int) -> float:
+        calls.append(("b", calls))
         return next(cand)
 
-    result = blocked_speedup(baseline, candidate, blocks=3, units=4, seconds=0)
+    result = blocked_speedup(baseline, candidate, blocks=3, calls=4, seconds=0)
     assert calls == [("a", 4), ("b", 4)] * 3
     assert result.ratios == pytest.approx((2.0, 2.0, 9.0)) and result.ratio == pytest.approx(2.0)
     assert result.rounds == 3
@@ -192,7 +192,7 @@ def test_blocked_speedup_times_more_pairs_within_its_seconds_and_stops_at_max_bl
         return now[0]
 
     def block(name: str):
-        def timed(units: int) -> float:
+        def timed(calls: int) -> float:
             calls.append(name)
             now[0] += 0.25  # each block takes a quarter of a second on the fake clock
             return 0.02 if name == "a" else 0.01

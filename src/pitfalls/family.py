@@ -57,7 +57,7 @@ class Case:
     ``close`` releases what the case holds beyond memory (worker processes), when it holds any; ``with case:``
     calls it on the way out.
 
-    ``block``, for a case whose calls involve worker processes, queues or ranks: ``block(units)`` runs ``units``
+    ``block``, for a case whose calls involve worker processes, queues or ranks: ``block(calls)`` runs ``calls``
     calls at steady state (after discarding whatever the case could have made in advance) and returns the
     seconds per call, holding no busy worker when it returns, so that another case timed next is not racing this
     one's prefetching. Speedups and throughputs of such cases are taken from interleaved blocks

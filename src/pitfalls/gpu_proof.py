@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from pitfalls import measure, runner, scan_corpus
+from pitfalls.checkout import ROOT
 from pitfalls.devices import cuda_available, synchronize
 from pitfalls.equivalence import check_all
 from pitfalls.families.parallel import entry as parallel
@@ -52,8 +53,6 @@ from pitfalls.runner.job import INSTALLED_ENV
 from pitfalls.runner.worktree import head_commit
 from pitfalls.scan_loader.proof import pinned_against_unpinned
 from pitfalls_asv_main import command as asv_command
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -308,7 +307,7 @@ def speedups(device: str, sizes: Sizes) -> list[dict[str, Any]]:
                     if candidate is None:
                         continue
                     with candidate:
-                        result = measure.speedup(naive, candidate, rounds=sizes.rounds, blocks=sizes.rounds, units=5)
+                        result = measure.speedup(naive, candidate, rounds=sizes.rounds, blocks=sizes.rounds, calls=5)
                     rows.append({"family": entry.name, "variant": variant, "sizes": params,
                                  "speedup": round(result.ratio, 2),
                                  "naive_ms": round(result.baseline_median_s * 1e3, 3),

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from pitfalls.units import MIB
 from pitfalls.cases import build_case, estimate_bytes
 from pitfalls.devices import cuda_available, fits, resolve_device, synchronize
 from pitfalls.family import Case, SkipCase
@@ -32,7 +33,6 @@ from pitfalls.probes.nvml import NvmlSampler, NvmlSummary
 from pitfalls.probes.result import Unavailable
 from pitfalls.probes.syncs import count_cuda_syncs, count_hazards
 from pitfalls.probes.timing import Speedup, case_speedup
-from pitfalls.units import MIB
 
 __all__ = ["MODES", "NVML_WINDOW_S", "SPEEDUP_BLOCKS", "SPEEDUP_ROUNDS", "WARMUP_CALLS", "CompileFigures",
            "case", "case_table", "cold_compile_cache", "compile_figures", "compile_table", "compiled",
@@ -105,10 +105,10 @@ def step(c: Case) -> None:
 
 
 def speedup(baseline: Case, candidate: Case, *, rounds: int = SPEEDUP_ROUNDS, blocks: int = SPEEDUP_BLOCKS,
-            units: int = 1) -> Speedup:
+            calls: int = 1) -> Speedup:
     """The speedup of ``candidate`` over ``baseline`` by the suite's one routine (`case_speedup`): A B A B in one
-    process, call by call, or by steady-state blocks of ``units`` calls for cases with workers or ranks."""
-    return case_speedup(baseline, candidate, rounds=rounds, blocks=blocks, units=units,
+    process, call by call, or by steady-state blocks of ``calls`` calls for cases with workers or ranks."""
+    return case_speedup(baseline, candidate, rounds=rounds, blocks=blocks, calls=calls,
                         sync=lambda: synchronize(candidate.device))
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from pitfalls.guard import SyncHazardGuard
+    from pitfalls.hazard_guard import SyncHazardGuard
 
 
 @pytest.fixture
@@ -25,6 +25,6 @@ def sync_hazards() -> Callable[..., SyncHazardGuard]:
     """`sync_hazards(allow=...)` is `pitfalls.no_sync_hazards`: a block that fails the test on a sync hazard."""
     # Imported here, not at the top: every pytest run in an environment with pitfalls loads this plugin, and
     # only the tests that use the fixture should pay for importing torch.
-    from pitfalls.guard import no_sync_hazards
+    from pitfalls.hazard_guard import no_sync_hazards
 
     return no_sync_hazards

@@ -20,12 +20,12 @@ from pathlib import Path
 
 from pitfalls._checks import check_choice
 from pitfalls._import import file_module
-from pitfalls.families import calibration, loader, loss, parallel, sampler
+from pitfalls.families import loader, loss, parallel, planted, sampler
 from pitfalls.family import Family
 
 ENTRY_POINT_GROUP = "pitfalls.families"
 FAMILIES_ENV = "PITFALLS_FAMILIES"
-BUILTIN: tuple[Family, ...] = (loss.FAMILY, sampler.FAMILY, loader.FAMILY, parallel.FAMILY, calibration.FAMILY)
+BUILTIN: tuple[Family, ...] = (loss.FAMILY, sampler.FAMILY, loader.FAMILY, parallel.FAMILY, planted.FAMILY)
 
 
 class FamilyLoadError(ValueError):

@@ -32,7 +32,8 @@ from asv_runner._aux import update_sys_path
 from asv_runner.benchmarks._base import code_fingerprint
 from asv_runner.discovery import disc_benchmarks
 
-ROOT = Path(__file__).resolve().parents[2]
+from pitfalls.checkout import ROOT, NoCheckout, require_checkout
+
 BENCHMARKS = ROOT / "benchmarks"
 PINS_FILE = BENCHMARKS / "series.json"
 COMMAND = "scripts/series"
@@ -249,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     pin_parser.add_argument("names", nargs="*",
                             help="benchmarks to pin (default: every benchmark not pinned yet)")
     args = parser.parse_args(argv)
+    try:
+        require_checkout(COMMAND)
+    except NoCheckout as error:
+        parser.exit(2, f"{COMMAND}: {error}\n")
     if args.action == "pin":
         return _pin(args.names)
     if args.action == "check":

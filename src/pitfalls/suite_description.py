@@ -22,7 +22,8 @@ from typing import Any
 from asv import runner as asv_runner_script
 from asv import util as asv_util
 
-ROOT = Path(__file__).resolve().parents[2]
+from pitfalls.checkout import ROOT, NoCheckout, require_checkout
+
 COMMITTED = ROOT / "results" / "benchmarks.json"
 API_VERSION = 2  # asv's Benchmarks.api_version
 REFRESH = "python -m pitfalls.suite_description --write"
@@ -63,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="refresh results/benchmarks.json from the checkout")
     args = parser.parse_args(argv)
+    try:
+        require_checkout("python -m pitfalls.suite_description")
+    except NoCheckout as error:
+        parser.exit(2, f"{parser.prog}: {error}\n")
     new = discovered()
     if args.write:
         asv_util.write_json(str(COMMITTED), new, API_VERSION)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pitfalls.calibration.once import OneRun
+from pitfalls.calibration.one_run import OneRun
 from pitfalls.calibration.table import CPU, Check, Reading
 from pitfalls.doctor.options import DoctorOptions
 from pitfalls.doctor.report import DoctorReport, Finding

@@ -7,7 +7,7 @@ asv gives a benchmark method one unit for all its parameters, and a check's erro
 planted value) or, where the check says so, absolute in the check's own unit. So the checks are split by the unit
 of their error: every relative check is a parameter of one benchmark, each absolute unit has its own. Together
 their ``check`` axes name every check exactly once. The report reads the same series back into the table
-(`pitfalls.report.calibration`).
+(`pitfalls.report.calibration_errors`).
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from pitfalls.calibration.doctor import doctor_checks
-from pitfalls.calibration.group_memory import group_memory_checks
-from pitfalls.calibration.shared import shared_checks
+from pitfalls.calibration.figure_checks import shared_checks
+from pitfalls.calibration.group_memory_checks import group_memory_checks
 from pitfalls.calibration.table import CPU, CUDA, Check, Reading, Row, verdict
 from pitfalls.probes.result import Unavailable
 from pitfalls.registry import all_families

@@ -45,7 +45,7 @@ __all__ = [
 CPU = "cpu"
 CUDA = "cuda"
 
-# Keys of the shared figures (one per asv benchmark method of benchmarks/common.py's bases).
+# Keys of the shared figures (one per asv benchmark method of the figures every family has, benchmarks/shapes.py).
 TIME_PER_CALL = "time per call"
 SPEEDUP = "speedup"
 PEAK_MEMORY = "peak memory"

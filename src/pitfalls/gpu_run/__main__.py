@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from pitfalls.checkout import NoCheckout, require_checkout
 from pitfalls.gpu_run.costs import Costs
 from pitfalls.gpu_run.pieces import PIECES, run_piece
 from pitfalls.gpu_run.run import ROOT, RunOptions, run, unknown_pieces
@@ -138,6 +139,11 @@ def _plan(argv: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch ``scripts/gpu-run``'s forms; returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        require_checkout("scripts/gpu-run")
+    except NoCheckout as error:
+        print(f"{PROG}: {error}", file=sys.stderr)
+        return 2
     commands = {"merge": _merge, "bring": _bring, "plan": _plan}
     if args and args[0] == "piece":  # one piece, in a process of its own (the run starts these)
         if len(args) != 3:

@@ -5,7 +5,8 @@
 2. The articles' headline measurements at the articles' sizes.
 3. The loader family's asv cases on the device; the parallel family's largest-global-batch search, bounded.
 4. The rest of the GPU proof: the gate, the scan corpus, syncs against hazards, NVML, CUDA events against host
-   time, scan-loader's pinned copies, the loader's step cost, and the calibration table's CUDA rows.
+   time, scan-loader's pinned copies, the loader's step cost, the calibration table's CUDA rows, and the doctor's
+   planted script (its real syncs per line against its hazard counts, their stalls).
 
 A piece runs in a process of its own (``python -m pitfalls.gpu_run piece NAME``) and writes its outcome into
 ``OUT/pieces/<name>.json`` as it goes, row by row where it has rows, so that a piece the budget stops keeps what
@@ -119,6 +120,14 @@ def _calibration_cuda_rows(ctx: Context) -> list[dict[str, Any]]:
     return rows
 
 
+def _doctor(ctx: Context) -> dict[str, Any]:
+    """`pitfalls doctor` on its planted training script on the device: per planted line the hazard count against
+    the real syncs of CUDA's sync debug mode and the stall each costs, the copies' bandwidth; its report kept."""
+    from pitfalls.doctor import gpu_check
+
+    return gpu_check(ctx.out / "doctor", ctx.device)
+
+
 def _slices(group: int, family_slices: tuple[AsvSlice, ...], cuda_s: float,
             cpu_s: float) -> list[tuple[Piece, Measure]]:
     return [(Piece(s.name, group, f"asv: {s.module}.{s.cls} on the device", {"cuda": cuda_s, "cpu": cpu_s}),
@@ -172,6 +181,8 @@ _CATALOGUE: list[tuple[Piece, Measure]] = [
            {"cuda": 30, "cpu": 30}), _proof(gpu_proof.loader_step_cost)),
     (Piece("proof calibration cuda", 4, "the calibration table's CUDA rows", {"cuda": 60, "cpu": 15}),
      _calibration_cuda_rows),
+    (Piece("doctor", 4, "pitfalls doctor on its planted script: real syncs per line, their stalls, copy bandwidth",
+           {"cuda": 90, "cpu": 60}), _doctor),
 ]
 PIECES: tuple[Piece, ...] = tuple(piece for piece, _ in _CATALOGUE)
 CATALOGUE: Mapping[str, tuple[Piece, Measure]] = {piece.name: (piece, measure) for piece, measure in _CATALOGUE}

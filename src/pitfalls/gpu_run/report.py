@@ -57,8 +57,13 @@ def _ledger_table(entries: Sequence[Entry]) -> str:
     return gpu_proof.render_rows(rows)
 
 
+def _render_doctor(found: dict[str, Any]) -> str:
+    facts = {key: value for key, value in found.items() if key != "rows"}
+    return gpu_proof.render_rows(found.get("rows", [])) + "\n" + gpu_proof.render_rows([facts])
+
+
 def _render_outcome(name: str, outcome: Any) -> str:
-    render = gpu_proof.render_corpus if name == "proof corpus" else gpu_proof.render_rows
+    render = {"proof corpus": gpu_proof.render_corpus, "doctor": _render_doctor}.get(name, gpu_proof.render_rows)
     if isinstance(outcome, dict) and "exit_code" in outcome:  # an asv slice
         return gpu_proof.render_rows([outcome])
     return gpu_proof.section_text(outcome, render)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pitfalls.checkout import ROOT
 from pitfalls.gpu_run import report
 from pitfalls.gpu_run.archive import pack
 from pitfalls.gpu_run.costs import RUN_COSTS, Costs, merge_costs, run_costs
@@ -41,8 +42,6 @@ from pitfalls.gpu_run.plan import (
 from pitfalls_asv_main import atomic_write
 
 __all__ = ["ROOT", "RunOptions", "device_kind", "run"]
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def _write_json(path: Path, data: Any) -> None:

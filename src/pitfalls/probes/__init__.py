@@ -15,6 +15,7 @@ from pitfalls.probes.compiled import (
 
 # Exported as environment_facts: `pitfalls.probes.environment` stays the module, importable by its dotted path.
 from pitfalls.probes.environment import environment as environment_facts
+from pitfalls.probes.figures import ProbeFigure, probe_case, render
 from pitfalls.probes.group_memory import GroupMemory, GroupMemorySampler, ProcessPeak
 from pitfalls.probes.nvml import (
     MetricSummary,
@@ -24,7 +25,6 @@ from pitfalls.probes.nvml import (
     nvml_target,
     nvml_unavailable_reason,
 )
-from pitfalls.probes.report import ProbeFigure, probe_case, render
 from pitfalls.probes.result import Unavailable, is_available
 from pitfalls.probes.sites import CallSite, HazardLocator, HazardSite, LocatedHazards, SourceLine
 from pitfalls.probes.syncs import (

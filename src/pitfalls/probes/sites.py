@@ -51,7 +51,7 @@ _PACKAGE_DIR = Path(__file__).resolve().parents[1]
 # The measuring machinery: its frames sit between the user's code and torch and are never the answer.
 _MACHINERY_DIRS = (str(_PACKAGE_DIR / "probes") + os.sep, str(_PACKAGE_DIR / "doctor") + os.sep)
 _MACHINERY_FILES = frozenset(
-    str(_PACKAGE_DIR / name) for name in ("scan.py", "targets.py", "guard.py", "pytest_plugin.py", "cli.py")
+    str(_PACKAGE_DIR / name) for name in ("scan.py", "targets.py", "hazard_guard.py", "pytest_plugin.py", "cli.py")
 )
 # Anomaly mode stores frames as traceback.format_list() entries: '  File "x.py", line 3, in f\n    code\n'.
 _FRAME_ENTRY = re.compile(r'\s*File "(?P<path>.+)", line (?P<lineno>\d+), in (?P<function>.+)')

@@ -243,22 +243,22 @@ def blocked_speedup(
     candidate: Callable[[int], float],
     *,
     blocks: int = 5,
-    units: int = 1,
+    calls: int = 1,
     seconds: float = BLOCKED_SECONDS,
     max_blocks: int = MAX_BLOCKS,
     clock: Callable[[], float] = time.perf_counter,
 ) -> Speedup:
-    """Compare two cases by steady-state blocks, one case at a time: A B A B ... of ``units`` calls each.
+    """Compare two cases by steady-state blocks, one case at a time: A B A B ... of ``calls`` calls each.
 
     For cases with worker processes, queues or ranks (`pitfalls.Case.block`): each block starts the case,
-    discards what it made in advance, times ``units`` calls and leaves nothing prefetching, so the case not being
+    discards what it made in advance, times ``calls`` calls and leaves nothing prefetching, so the case not being
     timed cannot fill its queue at the other's expense. The ratio is the median of per-block-pair ratios.
 
     Args:
-        baseline: ``baseline(units) -> seconds per call`` at steady state.
+        baseline: ``baseline(calls) -> seconds per call`` at steady state.
         candidate: the same for the case compared with it.
         blocks: block pairs timed at least (>= 1).
-        units: calls per block (>= 1).
+        calls: calls per block (>= 1).
         seconds: after ``blocks`` pairs, more pairs are timed until this many seconds have passed since the first
             (short blocks give many pairs, long ones ``blocks``).
         max_blocks: block pairs timed at most (>= ``blocks``).
@@ -271,14 +271,14 @@ def blocked_speedup(
     check_callable("candidate", candidate)
     check_callable("clock", clock)
     check_int_at_least("blocks", blocks, 1)
-    check_int_at_least("units", units, 1)
+    check_int_at_least("calls", calls, 1)
     check_int_at_least("max_blocks", max_blocks, blocks)
     if not seconds >= 0:
         raise ValueError(f"seconds={seconds!r} is not allowed; allowed: a number of seconds >= 0")
     pairs: list[tuple[float, float]] = []
     began = clock()
     while len(pairs) < blocks or (len(pairs) < max_blocks and clock() - began < seconds):
-        b, c = baseline(units), candidate(units)
+        b, c = baseline(calls), candidate(calls)
         if b <= 0 or c <= 0:
             raise ValueError(f"block {len(pairs)} reported a non-positive time per call (baseline {b!r} s, "
                              f"candidate {c!r} s)")
@@ -292,7 +292,7 @@ def case_speedup(
     *,
     rounds: int = 10,
     blocks: int = 5,
-    units: int = 1,
+    calls: int = 1,
     sync: Callable[[], object] = _no_sync,
 ) -> Speedup:
     """Speedup of one case over another by the suite's one routine, for asv and ``pitfalls probe`` alike.
@@ -306,7 +306,7 @@ def case_speedup(
         candidate: the case compared with it.
         rounds: interleaved rounds (cases without a block).
         blocks: block pairs at least (cases with a block).
-        units: calls per block.
+        calls: calls per block.
         sync: waits for the device before each clock reading (interleaved rounds).
 
     Returns:
@@ -314,5 +314,5 @@ def case_speedup(
     """
     baseline_block, candidate_block = getattr(baseline, "block", None), getattr(candidate, "block", None)
     if baseline_block is not None and candidate_block is not None:
-        return blocked_speedup(baseline_block, candidate_block, blocks=blocks, units=units)
+        return blocked_speedup(baseline_block, candidate_block, blocks=blocks, calls=calls)
     return interleaved_speedup(baseline, candidate, rounds=rounds, warmup=1, sync=sync)

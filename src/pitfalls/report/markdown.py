@@ -18,7 +18,7 @@ from typing import Any
 
 from asv import util as asv_util
 
-from pitfalls.report.calibration import is_calibration_error
+from pitfalls.report.calibration_errors import is_calibration_error
 from pitfalls.report.loading import LoadedResults
 from pitfalls.report.rows import FAILED, FLOOR, OK, SKIPPED, Row, baseline_variant, checked_rows, env_label, group
 
@@ -396,7 +396,7 @@ def _run_lines(env_rows: Sequence[Row], loaded: LoadedResults) -> list[str]:
 
 def _calibration_lines(rows: Sequence[Row]) -> list[str]:
     from pitfalls.calibration.run import all_checks
-    from pitfalls.report.calibration import calibration_lines
+    from pitfalls.report.calibration_errors import calibration_lines
 
     return calibration_lines(rows, all_checks())
 
@@ -409,8 +409,8 @@ def _uncalibrated_lines(rows: Sequence[Row]) -> list[str]:
     if not marked:
         return []
     return ["## Uncalibrated figures", "",
-            "No check of `pitfalls calibrate` reads these figures on a known answer (see the README's \"How we know "
-            "the figures are right\"):", "", *[f"- `{name}`" for name in marked], ""]
+            "No check of `pitfalls calibrate` reads these figures on a known answer (see the suite's "
+            "docs/methodology.md):", "", *[f"- `{name}`" for name in marked], ""]
 
 
 def summary_markdown(

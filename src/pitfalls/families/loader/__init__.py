@@ -37,80 +37,26 @@ Workers are DataLoader's own: ``num_workers``, ``prefetch_factor``, ``pin_memory
 copy-on-write figure, its memory) in shared memory. A case with more workers than usable CPU cores is skipped with
 the reason (its memory figures are still measured), as is one whose estimate does not fit in RAM.
 
-The package: `data` (the synthetic set on disk), `stores` and `datasets` (the host side of an item), `device`
-(normalize, copy, decoders, the consumer model), `workers` (DataLoader machinery), `steps` (one batch per call),
-`sizes`, `steady` (the steady-state timing), `verdict` (loader- or step-bound, from a steady run), `stepcost` (the
-``model_ms`` step), `epochs` (epoch starts, persistent_workers off and on), `equivalence`, `entry` (the family's
-entry but its own figures), `probes` (the instruments) and their known answers: `timing_checks` (samples/s, the
-speedup, the verdict), `memory_checks` (the group's memory, copy-on-write, issue 13246's records), `flight_checks`
-(a batch's bytes, batches and bytes in flight) and `start_checks` (the first batch, epoch starts). This module
-assembles `FAMILY` from the entry, the instruments and their checks; nothing in the package imports it.
+The package: `variants` (the rungs' names and the bytes each ships), `data` (the synthetic set on disk), `stores`
+and `datasets` (the host side of an item), `device` (normalize, copy, decoders, the consumer model), `workers`
+(DataLoader machinery), `steps` (one batch per call), `steady` (the steady-state timing), `verdict` (loader- or
+step-bound, from a steady run), `stepcost` (the ``model_ms`` step), `epochs` (epoch starts, persistent_workers off
+and on), `equivalence`, `metadata` (issue 13246's records), `ladder` (the ladder table of a results file), `entry`
+(the family's entry but its own figures), `probes` (the instruments, the group's memory among them) and their known
+answers: `timing_checks` (samples/s, the speedup, the verdict), `memory_checks` (the group's memory,
+copy-on-write, issue 13246's records), `flight_checks` (a batch's bytes, batches and bytes in flight) and
+`start_checks` (the first batch, epoch starts). This module assembles `FAMILY` from the entry, the instruments and
+their checks, and re-exports what a user calls; nothing in the package imports it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from pitfalls.families.loader import flight_checks, memory_checks, probes, start_checks, steady, timing_checks, verdict
-from pitfalls.families.loader.data import DataFiles, DataSpec, ensure_data
-from pitfalls.families.loader.datasets import (
-    DecodedInRam,
-    EncodedInRam,
-    JpegInRam,
-    OfflineFiles,
-    SourceFiles,
-    collate_encoded,
-    decoded_items,
-    float_item,
-    make_dataset,
-    uint8_item,
-)
-from pitfalls.families.loader.device import (
-    MEAN,
-    STD,
-    Consumer,
-    CopyToDevice,
-    DecodeOnDevice,
-    JpegDecoder,
-    Normalize,
-    nearest_chroma_decoder,
-    opencv_decoder,
-    torchvision_decoder,
-)
+from pitfalls.families.loader import flight_checks, memory_checks, probes, start_checks, timing_checks, verdict
 from pitfalls.families.loader.entry import ENTRY, build
-from pitfalls.families.loader.equivalence import (
-    COMPARED_BATCHES,
-    JPEG_MEAN_ABS_TOLERANCE,
-    NVJPEG_CHROMA_LEVELS,
-    PNG_ABS_TOLERANCE,
-    compare,
-    delivered,
-    differences,
-    jpeg_tolerance,
-)
-from pitfalls.families.loader.sizes import WORKER_OVERHEAD_BYTES, batch_bytes, estimate, nbytes
-from pitfalls.families.loader.steps import (
-    BatchStep,
-    FloorStep,
-    LoaderStep,
-    check_params,
-    data_spec,
-    make_step,
-    pinned,
-)
-from pitfalls.families.loader.stores import ListStore, PackedArrays, PackedBytes, Store, make_store
-from pitfalls.families.loader.variants import DEVICE_NORMALIZED, RAM_VARIANTS, VARIANTS
-from pitfalls.families.loader.workers import (
-    CyclingSampler,
-    WorkerBoard,
-    WorkerDied,
-    release_free_heap,
-    shut_down,
-    sigchld_held,
-    usable_cores,
-    uss_without_batches,
-)
-from pitfalls.family import FLOOR
+from pitfalls.families.loader.steps import make_step
+from pitfalls.families.loader.variants import VARIANTS
 
 FAMILY = dataclasses.replace(
     ENTRY, own_figures=probes.own_figures,
@@ -135,15 +81,4 @@ FAMILY = dataclasses.replace(
     },
 )
 
-__all__ = [
-    "COMPARED_BATCHES", "DEVICE_NORMALIZED", "FAMILY", "FLOOR", "JPEG_MEAN_ABS_TOLERANCE", "MEAN",
-    "NVJPEG_CHROMA_LEVELS", "PNG_ABS_TOLERANCE", "RAM_VARIANTS", "STD", "VARIANTS", "WORKER_OVERHEAD_BYTES",
-    "BatchStep", "Consumer", "CopyToDevice", "CyclingSampler", "DataFiles", "DataSpec", "DecodeOnDevice",
-    "DecodedInRam", "EncodedInRam", "FloorStep", "JpegDecoder", "JpegInRam", "ListStore", "LoaderStep", "Normalize",
-    "OfflineFiles", "PackedArrays", "PackedBytes", "SourceFiles", "Store", "WorkerBoard", "WorkerDied", "batch_bytes",
-    "build", "check_params", "collate_encoded", "compare", "data_spec", "decoded_items", "delivered", "differences",
-    "ensure_data", "estimate", "float_item", "jpeg_tolerance", "make_dataset", "make_step", "make_store", "nbytes",
-    "nearest_chroma_decoder", "opencv_decoder", "pinned", "flight_checks", "memory_checks", "probes",
-    "release_free_heap", "shut_down", "start_checks", "steady", "sigchld_held", "timing_checks", "verdict",
-    "torchvision_decoder", "uint8_item", "usable_cores", "uss_without_batches",
-]
+__all__ = ["ENTRY", "FAMILY", "VARIANTS", "build", "make_step"]

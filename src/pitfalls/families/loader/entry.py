@@ -10,9 +10,8 @@ import torch
 
 from pitfalls.families.loader import steady
 from pitfalls.families.loader.equivalence import compare
-from pitfalls.families.loader.sizes import estimate
 from pitfalls.families.loader.steps import make_step
-from pitfalls.families.loader.variants import CACHES, VARIANTS
+from pitfalls.families.loader.variants import CACHES, VARIANTS, estimate
 from pitfalls.family import CUDA, NVML, SPEEDUP, TIME, Case, Family, Param
 
 NAME = "loader"

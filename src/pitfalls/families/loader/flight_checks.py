@@ -20,7 +20,7 @@ from collections.abc import Callable
 import torch
 from torch.utils.data import Dataset, default_collate
 
-from pitfalls.calibration.once import OneRun
+from pitfalls.calibration.one_run import OneRun
 from pitfalls.calibration.table import Check, Reading, own_instrument
 from pitfalls.families.loader import probes
 from pitfalls.families.loader.entry import ENTRY, NAME

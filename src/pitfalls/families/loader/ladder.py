@@ -1,7 +1,8 @@
 """The loader's ladder from one committed results file: each rung's figures without and with workers, one line.
 
-The README's loader table is this module's output for a file of ``results/`` (a test compares the two), so the
-table is the results and nothing typed by hand: ``python -m pitfalls.families.loader.ladder FILE`` prints it.
+The loader's documentation page holds this module's output for a file of ``results/`` (generated, and a test
+compares the two), so the table is the results and nothing typed by hand: ``python -m pitfalls.families.loader.ladder
+FILE`` prints it.
 A rung and cache whose every figure is n/a on that machine (the RAM rungs read no file cold, `gpu_decode` needs
 CUDA) is named under the table instead of being a line of n/a.
 """

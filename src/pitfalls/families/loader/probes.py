@@ -30,12 +30,11 @@ from pitfalls.devices import synchronize
 from pitfalls.families.loader import steady
 from pitfalls.families.loader.entry import ENTRY
 from pitfalls.families.loader.epochs import epoch_starts
-from pitfalls.families.loader.memory import group_peak
-from pitfalls.families.loader.sizes import nbytes
 from pitfalls.families.loader.steps import BatchStep, LoaderStep, read_fresh
+from pitfalls.families.loader.variants import nbytes
 from pitfalls.families.loader.verdict import STARVES_BELOW, judge
 from pitfalls.family import FLOOR, SkipCase
-from pitfalls.probes.group_memory import GroupMemory, shm_segments
+from pitfalls.probes.group_memory import GroupMemory, GroupMemorySampler, members_named, shm_segments
 from pitfalls.probes.result import Unavailable
 from pitfalls.units import MIB
 
@@ -47,6 +46,29 @@ COW_NOISE_FLOOR_BYTES = 3 * MIB
 # feeder threads then get to hand the last batch over.
 SETTLE_POLL_S = 0.05
 HAND_OVER_S = 0.25
+
+
+# The group's peak is sampled every 15 ms: a batch of 32 at 128 x 128 collates in tens of ms on this machine, so
+# its peak is seen. The cgroup's own peak is not used: on this machine only cgroup v1's memory.max_usage_in_bytes of
+# the whole container is there, a ceiling of everything running in it, not the loader's figure.
+SAMPLE_INTERVAL_S = 0.015
+def group_peak(step: BatchStep, batches: int, interval_s: float = SAMPLE_INTERVAL_S) -> GroupMemory:
+    """The peak memory of the step's whole group (this process and its workers, `BatchStep.worker_pids`) over
+    ``batches`` calls. Other children of this process (a resource tracker, a compile pool) are not the loader's.
+
+    Args:
+        step: a batch step, started.
+        batches: synchronized calls to make while sampling.
+        interval_s: seconds between samples.
+
+    Returns:
+        The sampler's figures: per-process peaks and the group's peaks of the PSS, USS and RSS sums.
+    """
+    with GroupMemorySampler(interval_s=interval_s, members=members_named(step.worker_pids)) as sampler:
+        for _ in range(batches):
+            step()
+            synchronize(step.device)
+    return sampler.result
 
 
 def case_params(variant: str, device: str, sizes: Mapping[str, Any]) -> tuple[torch.device, dict[str, Any]]:

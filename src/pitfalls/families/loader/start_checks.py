@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import Dataset, default_collate
 
-from pitfalls.calibration.once import OneRun
+from pitfalls.calibration.one_run import OneRun
 from pitfalls.calibration.table import Check, Reading, own_instrument
 from pitfalls.families.loader import epochs, probes
 from pitfalls.families.loader.entry import ENTRY, NAME

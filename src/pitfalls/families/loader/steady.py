@@ -43,10 +43,10 @@ def prefilled(workers: int, prefetch_factor: int) -> int:
     return workers * (prefetch_factor + 1) if workers else 0
 
 
-def batches_to_time(workers: int, prefetch_factor: int, units: int = 1) -> tuple[int, int]:
+def batches_to_time(workers: int, prefetch_factor: int, calls: int = 1) -> tuple[int, int]:
     """(batches to discard, batches to time at least) for a loader's workers and a caller's minimum."""
     discard = prefilled(workers, prefetch_factor)
-    return discard, max(units, TIMED_PER_PREFILLED * discard, MIN_BATCHES)
+    return discard, max(calls, TIMED_PER_PREFILLED * discard, MIN_BATCHES)
 
 
 @dataclass(frozen=True)
@@ -168,19 +168,19 @@ def settle(step: BatchStep) -> int:
     return discard
 
 
-def run(step: BatchStep, *, units: int = 1, min_seconds: float = MIN_SECONDS) -> Steady:
+def run(step: BatchStep, *, calls: int = 1, min_seconds: float = MIN_SECONDS) -> Steady:
     """Time a case at steady state with `steady_state`: fresh workers, the prefilled batches discarded (the first
     batch at least), then the timed batches.
 
     Args:
         step: the case's batch step.
-        units: batches to time at least (the block size a caller asks for).
+        calls: batches to time at least (the block size a caller asks for).
         min_seconds: seconds to time at least.
 
     Returns:
         The run; the step's workers are shut down (its next call starts afresh).
     """
-    discard, minimum = batches_to_time(step.prefetching_workers, int(step.params["prefetch_factor"]), units)
+    discard, minimum = batches_to_time(step.prefetching_workers, int(step.params["prefetch_factor"]), calls)
     batch = int(step.params["batch"])
     step.pause()  # an iterator left from before holds batches made while the case was idle
     try:
@@ -190,7 +190,7 @@ def run(step: BatchStep, *, units: int = 1, min_seconds: float = MIN_SECONDS) ->
         step.pause()
 
 
-def block(step: BatchStep, units: int) -> float:
-    """`Case.block` of a loader case: seconds per batch of a steady-state `run` of at least ``units`` batches and
+def block(step: BatchStep, calls: int) -> float:
+    """`Case.block` of a loader case: seconds per batch of a steady-state `run` of at least ``calls`` batches and
     `BLOCK_SECONDS`."""
-    return run(step, units=units, min_seconds=BLOCK_SECONDS).seconds_per_batch
+    return run(step, calls=calls, min_seconds=BLOCK_SECONDS).seconds_per_batch

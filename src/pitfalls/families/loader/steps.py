@@ -15,9 +15,8 @@ from pitfalls.devices import device_threads, fits
 from pitfalls.families.loader.data import DataFiles, DataSpec, ensure_data
 from pitfalls.families.loader.datasets import decoded_items, make_dataset, uint8_item
 from pitfalls.families.loader.device import Consumer, CopyToDevice, DecodeOnDevice, JpegDecoder, torchvision_decoder
-from pitfalls.families.loader.sizes import estimate
 from pitfalls.families.loader.stepcost import planted_cost
-from pitfalls.families.loader.variants import DEVICE_NORMALIZED, FILE_VARIANTS, JPEG_VARIANTS, RAM_VARIANTS
+from pitfalls.families.loader.variants import DEVICE_NORMALIZED, FILE_VARIANTS, JPEG_VARIANTS, RAM_VARIANTS, estimate
 from pitfalls.families.loader.workers import (
     BROKEN_CONNECTION_S,
     HANDLER_REPORTS,

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset, default_collate
 
-from pitfalls.calibration.once import OneRun
+from pitfalls.calibration.one_run import OneRun
 from pitfalls.calibration.table import SPEEDUP, Check, Reading, own_instrument
 from pitfalls.families.loader import probes, steady, verdict
 from pitfalls.families.loader.entry import ENTRY, NAME

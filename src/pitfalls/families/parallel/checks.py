@@ -15,7 +15,7 @@ import functools
 import statistics
 from collections.abc import Callable, Sequence
 
-from pitfalls.calibration.once import OneRun
+from pitfalls.calibration.one_run import OneRun
 from pitfalls.calibration.table import CPU, SPEEDUP, Check, Reading, own_instrument
 from pitfalls.families.parallel.launch import RANK_MODULE, DdpGroup
 from pitfalls.families.parallel.step import (
@@ -120,7 +120,7 @@ def self_speedup_reading(device: str) -> Reading:
         return Reading(1.0, Unavailable("the planted ranks are gloo ranks on the CPU"))
     first, second = _group(SLEEPS_MS), _group(SLEEPS_MS)
     try:
-        result = blocked_speedup(first.block, second.block, blocks=BLOCKS, units=STEPS)
+        result = blocked_speedup(first.block, second.block, blocks=BLOCKS, calls=STEPS)
     finally:
         first.close()
         second.close()

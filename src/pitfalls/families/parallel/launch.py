@@ -71,19 +71,19 @@ class DdpGroup:
         """Run one training step on every rank; return rank 0's loss, a scalar tensor as a one-process step's."""
         return torch.tensor(float(json.loads(self.run("step")[0])["loss"]))
 
-    def times(self, units: int) -> list[list[float]]:
-        """Each rank's times of ``units`` steps, timed in the rank after a barrier, rank 0 first."""
-        return [json.loads(reply) for reply in self.run(f"time {units}")]
+    def times(self, calls: int) -> list[list[float]]:
+        """Each rank's times of ``calls`` steps, timed in the rank after a barrier, rank 0 first."""
+        return [json.loads(reply) for reply in self.run(f"time {calls}")]
 
-    def block(self, units: int) -> float:
-        """Seconds per step of ``units`` steps: the slowest rank's median (`pitfalls.distributed.step_seconds`)."""
-        return step_seconds(self.times(units))
+    def block(self, calls: int) -> float:
+        """Seconds per step of ``calls`` steps: the slowest rank's median (`pitfalls.distributed.step_seconds`)."""
+        return step_seconds(self.times(calls))
 
-    def exposed_communication(self, units: int) -> float:
+    def exposed_communication(self, calls: int) -> float:
         """Seconds of a step that communication adds: the step time minus that of the same step under
-        ``no_sync()`` (no all-reduce), both by the one routine, in blocks of ``units`` steps."""
-        with_sync = self.block(units)
-        without = step_seconds([json.loads(reply) for reply in self.run(f"time_no_sync {units}")])
+        ``no_sync()`` (no all-reduce), both by the one routine, in blocks of ``calls`` steps."""
+        with_sync = self.block(calls)
+        without = step_seconds([json.loads(reply) for reply in self.run(f"time_no_sync {calls}")])
         return with_sync - without
 
     def measure(self) -> list[RankFigures]:

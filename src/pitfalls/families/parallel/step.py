@@ -397,10 +397,10 @@ class Trainer:
     def synchronize(self) -> None:
         synchronize_all(self.devices)
 
-    def block(self, units: int) -> float:
-        """Seconds per step of ``units`` steps: the suite's one step routine (`pitfalls.distributed.time_steps`),
+    def block(self, calls: int) -> float:
+        """Seconds per step of ``calls`` steps: the suite's one step routine (`pitfalls.distributed.time_steps`),
         a world of one process."""
-        return step_seconds([time_steps(self.step, self.synchronize, units)])
+        return step_seconds([time_steps(self.step, self.synchronize, calls)])
 
     def measure(self) -> list[RankFigures]:
         """Run a step and return its time and peak memory, one entry per device this process drives (on the CPU,

@@ -148,7 +148,7 @@ def calibration_lines(rows: Sequence[Row], checks: Sequence[Check]) -> list[str]
         "Each check of `pitfalls calibrate` runs a known-answer workload through the code path of a published figure; "
         "its error is how far the figure read from the planted value (relative, or in the check's unit). The "
         "tolerance and the verdict are this version's; the figure is the newest the results hold, per machine. See "
-        "the README's \"How we know the figures are right\".",
+        "the suite's docs/methodology.md.",
         "",
         "From " + ", ".join(f"`{name}`" for name in sorted({r.benchmark for r in rows if is_calibration_error(r)}))
         + ".",

@@ -13,7 +13,7 @@ from asv_results import FACTS, add, benchmark, write_machine, write_suite
 from pitfalls.calibration.published import CHECK_PARAM, ERROR_METHOD
 from pitfalls.calibration.run import all_checks
 from pitfalls.report import read_results, summary_markdown
-from pitfalls.report.calibration import FAIL, NA, PASS, calibration_table
+from pitfalls.report.calibration_errors import FAIL, NA, PASS, calibration_table
 
 PITFALLS = Path(sys.executable).with_name("pitfalls")
 ERROR = f"bench_calibration.Error.{ERROR_METHOD}"

@@ -117,7 +117,7 @@ def test_the_fixture_through_its_entry_point(pytester):
     assert "SyncHazardError: 1 sync hazard in the guarded block:" in out
     assert f"test_fixture_example.py:{mask_line}: boolean-mask index x1: y = x[x > 0].sum().item()" in out
     assert "FAILED test_fixture_example.py::test_masked" in out
-    assert "guard.py" not in out  # the guard's own frame is hidden from the user's failure report
+    assert "hazard_guard.py" not in out  # the guard's own frame is hidden from the user's failure report
 
 
 def test_the_fixture_comes_from_the_pitfalls_entry_point(pytester):

@@ -39,7 +39,7 @@ from pitfalls.calibration.table import (
     Check,
     Reading,
 )
-from pitfalls.families import calibration as planted
+from pitfalls.families import planted
 from pitfalls.probes.compiled import CompileReport, compile_probe
 from pitfalls.probes.result import Unavailable
 from pitfalls.probes.timing import cuda_event_time, wall_time

@@ -8,7 +8,7 @@ import sys
 import uuid
 from dataclasses import dataclass
 
-from pitfalls.calibration.once import OneRun
+from pitfalls.calibration.one_run import OneRun
 from pitfalls.calibration.table import GROUP_MEMORY, SHM_IN_FLIGHT, Check, Reading
 from pitfalls.probes.group_memory import GroupMemory, GroupMemorySampler, group_members, shm_segments, wait_for_samples
 from pitfalls.probes.result import Unavailable

@@ -15,7 +15,7 @@ from torch.utils.benchmark import Timer
 
 from pitfalls.probes import report, timing
 from pitfalls.probes._cuda import cuda_unavailable_reason
-from pitfalls.probes.report import ProbeFigure, probe_case, render
+from pitfalls.probes.figures import ProbeFigure, probe_case, render
 from pitfalls.probes.result import Unavailable
 
 FAST = {"rounds": 2, "min_run_time": 0.01, "nvml_seconds": 0.01}
@@ -59,13 +59,13 @@ def text(figures: list[ProbeFigure]) -> str:
 
 @dataclass
 class BlockedStandIn(StandIn):
-    """A case with workers, queues or ranks: ``block(units)`` gives its steady-state seconds per call."""
+    """A case with workers, queues or ranks: ``block(calls)`` gives its steady-state seconds per call."""
 
     seconds: float = 0.0
     blocks: list[int] = field(default_factory=list)
 
-    def block(self, units: int) -> float:
-        self.blocks.append(units)
+    def block(self, calls: int) -> float:
+        self.blocks.append(calls)
         return self.seconds
 
 

@@ -1,0 +1,93 @@
+"""The calibration table: every check of `pitfalls calibrate` with its tolerance, and the errors committed runs read.
+
+The checks and their tolerances come from the registry of checks; the errors from the asv results
+(``bench_calibration.Error*.track_error``, the newest per check and machine, as `pitfalls report` reads them) and
+from every committed ``pitfalls calibrate --json`` output under ``proof/``. A check no run has measured reads n/a.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pitfalls.calibration.run import all_checks
+from pitfalls.calibration.table import CUDA, Check
+from pitfalls.docs.markdown import code, table
+from pitfalls.registry import BUILTIN
+from pitfalls.report.calibration_errors import NA, CalibrationLine, calibration_table
+from pitfalls.report.rows import Row
+
+__all__ = ["calibration_lines", "suite_checks"]
+
+
+def suite_checks() -> list[Check]:
+    """The shared checks and the built-in families' own, in table order (a user's plug-in is not the suite's)."""
+    builtin = {entry.name for entry in BUILTIN}
+    return [check for check in all_checks() if not check.family or check.family in builtin]
+
+
+def _amount(value: float, absolute: bool, unit: str) -> str:
+    if not absolute:
+        return f"{100 * value:.1f} %"
+    return f"{value:.3g} " + ("points" if unit == "%" else unit)  # an absolute error in % is in points
+
+
+def _tolerance(check: Check) -> str:
+    if check.tolerance == 0:
+        return "exact"
+    return _amount(check.tolerance, True, check.unit) if check.absolute else f"{100 * check.tolerance:g} %"
+
+
+def _published(line: CalibrationLine | None, check: Check) -> str:
+    if line is None:
+        return "-"
+    if line.verdict == NA:
+        return "n/a: no CUDA device" if check.device == CUDA else f"n/a: {line.reason}"
+    assert line.error is not None  # judged lines carry their error
+    return f"{_amount(line.error, check.absolute, check.unit)} {line.verdict}"
+
+
+def _from_json(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return "-"
+    if row.get("error") is None:
+        return f"{row['verdict']}: {row.get('reason', '')}".rstrip(": ")
+    return f"{_amount(float(row['error']), bool(row['absolute']), row['unit'])} {row['verdict']}"
+
+
+def _outputs(proof: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """Each committed ``pitfalls calibrate --json`` output under ``proof/``: its folder -> check name -> row."""
+    found = {}
+    for path in sorted(proof.glob("**/calibrate*.json")):
+        rows = json.loads(path.read_text(encoding="utf-8"))
+        found[path.relative_to(proof).parent.as_posix()] = {row["check"]: row for row in rows}
+    return found
+
+
+def calibration_lines(rows: Sequence[Row], proof: Path) -> list[str]:
+    """The table: one line per check; a column per machine of the asv results and per committed calibrate output.
+
+    Args:
+        rows: the committed asv results' rows.
+        proof: the folder of the GPU runs' outputs.
+    """
+    checks = suite_checks()
+    published = calibration_table(rows, checks)
+    by_key = {(line.check, line.machine): line for line in published}
+    machines = sorted({line.machine for line in published if line.machine is not None})
+    outputs = _outputs(proof)
+    body = [[check.name, ", ".join(check.instruments), _tolerance(check),
+             *(_published(by_key.get((check.name, m)), check) for m in machines),
+             *(_from_json(found.get(check.name)) for found in outputs.values())] for check in checks]
+    lines = table(("check", "calibrates", "tolerance", *map(code, machines), *(f"`proof/{f}`" for f in outputs)),
+                  body)
+    commits = {m: sorted({line.commit[:8] for line in published if line.machine == m and line.commit})
+               for m in machines}
+    if not machines and not outputs:
+        return lines + ["", "No committed run has measured these checks yet."]
+    lines += ["", "Errors, each against the planted value: " + "; ".join(
+        [f"{code(m)}, the newest asv figure of each check (commits {', '.join(map(code, commits[m]))})"
+         for m in machines] + [f"`proof/{f}`, `pitfalls calibrate --json`" for f in outputs]) + "."]
+    return lines

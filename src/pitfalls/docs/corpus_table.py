@@ -1,0 +1,45 @@
+"""The sync-hazard corpus table: each construct's label, the CPU scan's count now, and the real CUDA syncs that
+every committed GPU run counted for it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pitfalls.docs.markdown import code, table
+from pitfalls.scan_corpus import CORPUS, HELPER, expected_per_line, line_of, scan_per_line
+
+__all__ = ["corpus_lines"]
+
+
+def _gpu_counts(proof: Path) -> dict[str, dict[str, Any]]:
+    """Each committed GPU run's real syncs per construct: its folder -> construct name -> syncs per call."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in sorted(proof.glob("**/figures.json")):
+        corpus = json.loads(path.read_text(encoding="utf-8")).get("corpus")
+        if isinstance(corpus, dict) and corpus.get("rows"):
+            found[path.relative_to(proof).parent.as_posix()] = {r["construct"]: r["cuda_syncs"] for r in corpus["rows"]}
+    return found
+
+
+def _count(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, (int, float)) else str(value)
+
+
+def corpus_lines(proof: Path) -> list[str]:
+    """One line per construct: its code, its label, the CPU scan's count (run now), each GPU run's real syncs."""
+    labels = expected_per_line()
+    scanned, _ = scan_per_line("cpu")
+    gpu = _gpu_counts(proof)
+    helper_line = next(iter(set(labels) - {line_of(c.run) for c in CORPUS}))
+    body = []
+    for construct in (*CORPUS, HELPER):
+        line = helper_line if construct is HELPER else line_of(construct.run)
+        shown = (f"{code(construct.name)}: a helper `return mask.nonzero()` called from two lines"
+                 if construct is HELPER else code(construct.code))
+        body.append((shown, labels[line], _count(scanned.get(line, 0)),
+                     *(_count(runs.get(construct.name, "not run there")) for runs in gpu.values())))
+    header = ("construct (one line, every tensor on one device)", "syncs per call on CUDA (label)",
+              "CPU scan", *(f"real CUDA syncs, `proof/{f}`" for f in gpu))
+    return table(header, body)

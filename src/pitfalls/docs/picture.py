@@ -1,0 +1,86 @@
+"""The README's picture: one chart of `pitfalls report`, drawn from a committed results file by the report's own
+chart code, saved as a PNG that carries the fingerprint of the data it was drawn from.
+
+The PNG's bytes depend on matplotlib's version; its data does not. So the PNG holds, in a text chunk, the
+SHA-256 of the chart's data (`Chart`, as JSON), and a page is stale when the committed results give other data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import struct
+from pathlib import Path
+
+from pitfalls.report.chart_data import Chart, build_charts
+from pitfalls.report.loading import read_results
+from pitfalls.report.rows import Row
+
+__all__ = ["KEY", "chart_of", "draw", "file_rows", "fingerprint", "png_fingerprint"]
+
+KEY = "pitfalls-chart-data"
+_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def file_rows(results_file: Path) -> list[Row]:
+    """The rows of one asv results file, ``<results>/<machine>/<commit>-<env>.json``.
+
+    Raises:
+        ValueError: the path is not such a file.
+    """
+    if results_file.suffix != ".json" or "-" not in results_file.stem or not results_file.is_file():
+        raise ValueError(f"{str(results_file)!r} is not an asv results file (<results>/<machine>/<commit>-<env>.json)")
+    commit, env = results_file.stem.split("-", 1)
+    loaded = read_results(results_file.parent.parent, machine=results_file.parent.name, commit=commit)
+    return [row for row in loaded.rows if row.env == env]
+
+
+def chart_of(results_file: Path, benchmark: str) -> Chart:
+    """The report's chart of one benchmark in one results file.
+
+    Raises:
+        ValueError: the report draws no chart of that benchmark from that file (no size axis, nothing measured).
+    """
+    rows = [row for row in file_rows(results_file) if row.benchmark == benchmark]
+    charts = build_charts(rows)
+    if len(charts) != 1:
+        raise ValueError(f"the report draws no chart of {benchmark} from {results_file}")
+    return charts[0]
+
+
+def fingerprint(chart: Chart) -> str:
+    """SHA-256 of the chart's data as canonical JSON."""
+    data = json.dumps(dataclasses.asdict(chart), sort_keys=True, ensure_ascii=True)
+    return hashlib.sha256(data.encode("ascii")).hexdigest()
+
+
+def draw(chart: Chart, path: Path) -> None:
+    """Draw the chart with the report's drawing code and save it as a PNG carrying its data's fingerprint."""
+    from pitfalls.report.atomic import atomic_write
+    from pitfalls.report.drawing import render  # matplotlib loads only when a picture is drawn
+
+    figure = render(chart)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda p: figure.savefig(p, format="png", dpi=110, metadata={KEY: fingerprint(chart)}))
+
+
+def png_fingerprint(path: Path) -> str | None:
+    """The data fingerprint a PNG carries; None when the file is missing, not a PNG, or carries none."""
+    if not path.is_file():
+        return None
+    data = path.read_bytes()
+    if not data.startswith(_SIGNATURE):
+        return None
+    at = len(_SIGNATURE)
+    while at + 8 <= len(data):
+        length, kind = struct.unpack(">I4s", data[at:at + 8])
+        body = data[at + 8:at + 8 + length]
+        if kind == b"tEXt":
+            keyword, _, text = body.partition(b"\0")
+            if keyword == KEY.encode("latin-1"):
+                return text.decode("latin-1")
+        if kind == b"IEND":
+            break
+        at += 12 + length
+    return None
