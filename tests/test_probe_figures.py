@@ -13,7 +13,8 @@ from fakes import FakeClock, FakeNVML, NVMLError_LibraryNotFound
 from rich.console import Console
 from torch.utils.benchmark import Timer
 
-from pitfalls.probes import report, timing
+from pitfalls.probes import figures as report
+from pitfalls.probes import timing
 from pitfalls.probes._cuda import cuda_unavailable_reason
 from pitfalls.probes.figures import ProbeFigure, probe_case, render
 from pitfalls.probes.result import Unavailable
