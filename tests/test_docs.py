@@ -151,7 +151,7 @@ def test_the_readme_is_short_and_leads_with_the_claims_and_the_two_commands() ->
     assert len(lines) <= 150
     headings = [line for line in lines if line.startswith("## ")]
     assert headings == ["## The articles' claims, measured here", "## The two commands", "## What you get",
-                        "## The command line", "## Read on"]
+                        "## The command line", "## Your own training script", "## Read on"]
     screen = "\n".join(lines[:50])
     assert "<!-- /claims -->" in screen and "`bash scripts/run-suite`" in screen and "`bash scripts/test`" in screen
 

@@ -363,7 +363,7 @@ def test_two_gloo_ranks_make_single_s_two_steps_on_every_rank_and_a_wrong_rank_i
     assert parallel.check_shards(shards, config) == []
     # The same check catches a step that is only nearly right: every rank training on rank 0's images.
     wrong = _wrong_group(tmp_path, """
-        from pitfalls.families import parallel_step
+        from pitfalls.families.parallel import step as parallel_step
         real = parallel_step.seeded_images
         parallel_step.seeded_images = lambda first, *rest, **kw: real(0, *rest, **kw)
     """)(config, "cpu")
@@ -396,7 +396,7 @@ def test_the_shard_check_sees_a_rank_on_the_whole_batch_and_a_skipped_shard():
 @pytest.mark.parametrize("fault, want", [
     # A rank that trains on the whole global batch: the averaged gradient is single's, the work W times.
     ("""
-        from pitfalls.families import parallel_step
+        from pitfalls.families.parallel import step as parallel_step
         real = parallel_step.make_trainer
         def make_trainer(variant, device, config, *, rank=0, **options):
             whole = parallel_step.StepConfig(world_size=1, batch=config.global_batch, image_size=config.image_size,
@@ -409,7 +409,7 @@ def test_the_shard_check_sees_a_rank_on_the_whole_batch_and_a_skipped_shard():
      """, "trained on by more than one rank"),
     # Rank 1 trains on rank 0's shard: images 2..3 are skipped.
     ("""
-        from pitfalls.families import parallel_step
+        from pitfalls.families.parallel import step as parallel_step
         real = parallel_step.make_trainer
         def make_trainer(variant, device, config, *, rank=0, **options):
             return real(variant, device, config, rank=0, **options)
@@ -729,8 +729,8 @@ def test_ranks_exit_when_the_process_driving_them_dies(tmp_path):
     # asv's benchmark processes may end without closing anything: the ranks must not outlive them.
     script = textwrap.dedent("""
         import json, os, sys
-        from pitfalls.families.parallel import StepConfig
-        from pitfalls.families.parallel_launch import DdpGroup
+        from pitfalls.families.parallel.step import StepConfig
+        from pitfalls.families.parallel.launch import DdpGroup
         group = DdpGroup(StepConfig(world_size=2, batch=1, image_size=8), "cpu")
         group()
         print(json.dumps(group.rank_pids), flush=True)
@@ -809,7 +809,7 @@ MEMORY_ROWS = [c for c in parallel_calibration.CHECKS if "MiB" in c.name]
 WHOLE_USS_RANK = """
 import os, socket, time
 import psutil
-from pitfalls.families import parallel_step
+from pitfalls.families.parallel import step as parallel_step
 
 def whole_uss(self):
     start = time.perf_counter()

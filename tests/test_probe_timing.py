@@ -165,12 +165,12 @@ def test_blocked_speedup_runs_one_case_per_block_and_takes_the_median_of_block_p
     base = iter([0.020, 0.022, 0.090])  # the third baseline block was disturbed: the median ignores it
     cand = iter([0.010, 0.011, 0.010])
 
-    def baseline(calls: int) -> float:
-        calls.append(("a", calls))
+    def baseline(count: int) -> float:
+        calls.append(("a", count))
         return next(base)
 
-    def candidate(calls: int) -> float:
-        calls.append(("b", calls))
+    def candidate(count: int) -> float:
+        calls.append(("b", count))
         return next(cand)
 
     result = blocked_speedup(baseline, candidate, blocks=3, calls=4, seconds=0)
@@ -192,7 +192,7 @@ def test_blocked_speedup_times_more_pairs_within_its_seconds_and_stops_at_max_bl
         return now[0]
 
     def block(name: str):
-        def timed(calls: int) -> float:
+        def timed(count: int) -> float:
             calls.append(name)
             now[0] += 0.25  # each block takes a quarter of a second on the fake clock
             return 0.02 if name == "a" else 0.01

@@ -24,7 +24,6 @@ from typing import Any, TypeVar
 
 import torch
 
-from pitfalls.units import MIB
 from pitfalls.cases import build_case, estimate_bytes
 from pitfalls.devices import cuda_available, fits, resolve_device, synchronize
 from pitfalls.family import Case, SkipCase
@@ -33,6 +32,7 @@ from pitfalls.probes.nvml import NvmlSampler, NvmlSummary
 from pitfalls.probes.result import Unavailable
 from pitfalls.probes.syncs import count_cuda_syncs, count_hazards
 from pitfalls.probes.timing import Speedup, case_speedup
+from pitfalls.units import MIB
 
 __all__ = ["MODES", "NVML_WINDOW_S", "SPEEDUP_BLOCKS", "SPEEDUP_ROUNDS", "WARMUP_CALLS", "CompileFigures",
            "case", "case_table", "cold_compile_cache", "compile_figures", "compile_table", "compiled",

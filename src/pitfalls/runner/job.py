@@ -32,7 +32,9 @@ import argparse
 import os
 import shutil
 import signal
+import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -42,6 +44,7 @@ from types import FrameType
 from pitfalls.runner import processes, store
 from pitfalls.runner.conf import CONF_NAME, RunnerError, project_paths, write_staged_conf
 from pitfalls.runner.machine import DIRTY_SUFFIX, MachineRecord, hardware, machine_name, record_machine
+from pitfalls.runner.progress import Durations, Progress, durations_of, newest_durations, time_table
 from pitfalls.runner.staging import Stage, remove_stale
 from pitfalls.runner.worktree import changed_files, describe_changes, head_commit
 from pitfalls_asv_main import command as asv_command
@@ -176,6 +179,25 @@ def run_marked(command: Sequence[str], stage: Stage, env: dict[str, str] | None 
         raise
 
 
+def run_followed(command: Sequence[str], stage: Stage, env: dict[str, str], progress: Progress) -> int:
+    """`run_marked` with the command's output passed through `Progress` (what runs, the time left)."""
+    child = processes.start(command, marker=stage.marker, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, bufsize=1)
+    try:
+        assert child.stdout is not None
+        progress.follow(child.stdout)
+        return child.wait()
+    except Interrupted:
+        processes.stop(stage.marker, extra=[child])
+        raise
+
+
+def _this_run(folder: Path, since: float) -> Durations:
+    """The durations of the results file the run just wrote under ``folder`` (none when it wrote none)."""
+    written = [p for p in folder.glob("*.json") if p.name != "machine.json" and p.stat().st_mtime >= since]
+    return durations_of(max(written, key=lambda p: p.stat().st_mtime)) if written else Durations()
+
+
 def _measure(options: JobOptions, stage: Stage, paths: dict[str, Path], suffix: str, merged: list[str]) -> int:
     results_dir = paths["results_dir"]
     log("== equivalence: every variant against naive")
@@ -195,7 +217,11 @@ def _measure(options: JobOptions, stage: Stage, paths: dict[str, Path], suffix: 
                *options.asv_args]
     log(f"== asv run {' '.join(run_args + list(options.asv_args))} (grid {grid})")
     env = dict(os.environ, TMPDIR=str(stage.tmp), PITFALLS_GRID=grid)
-    status = run_marked(command, stage, env)
+    # The main job's own environment (installed-py<X.Y>-torch<version>) first; history runs take any.
+    expected = newest_durations(results_dir, record.name, "installed-*")
+    started = time.time()
+    status = run_followed(command, stage, env, Progress(expected))
+    run_durations = _this_run(stage.results / record.name, started)
     if status not in (0, 2):
         log(f"asv run failed (exit {status}); results/ is unchanged")
         return status
@@ -218,6 +244,10 @@ def _measure(options: JobOptions, stage: Stage, paths: dict[str, Path], suffix: 
             if published != 0:
                 log(f"publishing failed (exit {published}); the results are merged")
                 return published
+    if run_durations.benchmarks:
+        log(f"== where the time went ({Path(run_durations.source).name}, asv's durations)")
+        for line in time_table(run_durations):
+            log(f"  {line}")
     log(f"Results: {results_dir}/{record.name}/   Site: {paths['html_dir']}/index.html "
         "(serve it with: bash scripts/serve html)")
     if status == 2:

@@ -1,0 +1,197 @@
+"""Where the main job's time goes: asv's progress with the time left, and at the end the seconds per family.
+
+asv prints a line as each benchmark ends, but a benchmark can run for minutes (the calibration table's errors took
+190 s on 2 cores) with nothing printed. So the job passes asv's output through and, every `HEARTBEAT_S` seconds of
+silence, says what runs and about how long is left, by the durations asv recorded for the same benchmarks in the
+newest committed results of this machine (or of another machine when this one has none). At the end it reads the
+durations of the run just made: seconds per family and the slowest benchmarks (`time_table`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+__all__ = ["HEARTBEAT_S", "Durations", "Progress", "durations_of", "newest_durations", "time_table"]
+
+# Seconds without a line from asv after which the job says what runs and what is left.
+HEARTBEAT_S = 30.0
+# asv's line as a benchmark ends: "[ 12.50%] ··· bench_loss.Step.time_step    ok"; and as one starts (with
+# --show-stderr): "[ 12.50%] ··· Running (bench_loss.Step.time_step--)..".
+_ENDED = re.compile(r"^\[\s*[\d.]+%\] ·+ (?P<name>bench_\w+\.\w+\.\w+)\s+(?P<status>ok|failed|n/a|skipped)\b")
+_STARTED = re.compile(r"Running \((?P<name>bench_\w+\.\w+\.\w+)--\)")
+_SETUP_CACHE = re.compile(r"<setup_cache (?P<module>\w+):\d+>")
+
+
+@dataclass(frozen=True)
+class Durations:
+    """Seconds asv recorded for each benchmark (all its parameter sets) and each ``setup_cache``, in one results file.
+
+    Attributes:
+        benchmarks: benchmark name -> seconds.
+        setup_caches: module -> seconds of its setup caches.
+        source: the results file they were read from.
+    """
+
+    benchmarks: Mapping[str, float] = field(default_factory=dict)
+    setup_caches: Mapping[str, float] = field(default_factory=dict)
+    source: str = ""
+
+    @property
+    def total(self) -> float:
+        return sum(self.benchmarks.values()) + sum(self.setup_caches.values())
+
+
+def durations_of(path: Path) -> Durations:
+    """The durations recorded in one asv results file (an unreadable file gives none)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        at = data["result_columns"].index("duration")
+        benchmarks = {name: float(row[at] or 0.0) for name, row in data["results"].items() if len(row) > at}
+        caches: dict[str, float] = {}
+        for key, seconds in data.get("durations", {}).items():
+            match = _SETUP_CACHE.fullmatch(key)
+            if match:
+                caches[match["module"]] = caches.get(match["module"], 0.0) + float(seconds)
+    except (OSError, ValueError, KeyError, TypeError):
+        return Durations(source=str(path))
+    return Durations(benchmarks, caches, str(path))
+
+
+def _commit_date(path: Path) -> float:
+    # asv's "date" of a results file is its commit's date: a fresh clone gives every file the same mtime.
+    try:
+        return float(json.loads(path.read_text(encoding="utf-8")).get("date") or 0)
+    except (OSError, ValueError, AttributeError):
+        return 0.0
+
+
+def newest_durations(results_dir: Path, machine: str, env: str) -> Durations:
+    """The durations of the newest results file (by commit date) of ``env`` (a glob, ``installed-*``) on
+    ``machine``, else of the newest of any machine."""
+
+    def files(folder: Path) -> list[Path]:
+        found = list(folder.glob(f"*-{env}.json"))
+        return found or [p for p in folder.glob("*.json") if p.name != "machine.json"]
+
+    own = files(results_dir / machine) if (results_dir / machine).is_dir() else []
+    others = [p for folder in sorted(results_dir.iterdir()) if folder.is_dir() for p in files(folder)] \
+        if results_dir.is_dir() else []
+    for path in sorted(own or others, key=_commit_date, reverse=True):
+        found = durations_of(path)
+        if found.benchmarks:
+            return found
+    return Durations()
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+class Progress:
+    """asv's output passed through, with what runs and about how long is left whenever it stays silent.
+
+    Args:
+        expected: the durations to expect (`newest_durations`).
+        out: where the lines go.
+        heartbeat_s: seconds of silence before a status line.
+        clock: seconds, monotonic (tests plant a fake).
+    """
+
+    def __init__(self, expected: Durations, out: TextIO = sys.stdout, heartbeat_s: float = HEARTBEAT_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.expected, self.out, self.heartbeat_s, self.clock = expected, out, heartbeat_s, clock
+        self.began = self.last_line = clock()
+        self.done: set[str] = set()
+        self.running = ""
+        self.running_since = self.began
+        self._lock = threading.Lock()
+
+    def line(self, text: str) -> None:
+        """One line of asv's output: passed through, and read for the benchmark it ends or starts."""
+        ended, started = _ENDED.search(text), _STARTED.search(text)
+        with self._lock:
+            self.out.write(text if text.endswith("\n") else text + "\n")
+            self.out.flush()
+            self.last_line = self.clock()
+            if ended:
+                self.done.add(ended["name"])
+                if self.running == ended["name"]:
+                    self.running = ""
+            if started:
+                self.running, self.running_since = started["name"], self.last_line
+
+    def left_s(self) -> float | None:
+        """Seconds left by the expected durations: the benchmarks not ended yet (the one running, less what it ran);
+        None with nothing to go by."""
+        if not self.expected.benchmarks:
+            return None
+        left = sum(s for name, s in self.expected.benchmarks.items() if name not in self.done)
+        if self.running in self.expected.benchmarks:
+            left -= min(self.clock() - self.running_since, self.expected.benchmarks[self.running])
+        modules_done = {name.split(".")[0] for name in self.done}
+        left += sum(s for module, s in self.expected.setup_caches.items() if module not in modules_done)
+        return max(left, 0.0)
+
+    def status(self) -> str:
+        """What runs, how many benchmarks ended, and about how long is left."""
+        now = self.clock()
+        running = f"{self.running} for {_minutes(now - self.running_since)}, " if self.running else ""
+        left = self.left_s()
+        guess = (f"about {_minutes(left)} left by the durations of {Path(self.expected.source).name}"
+                 if left is not None else "no earlier run to say how long is left")
+        total = len(self.expected.benchmarks) or "?"
+        return f"== {_minutes(now - self.began)} in: {running}{len(self.done)} of {total} benchmarks done, {guess}"
+
+    def beat(self) -> bool:
+        """Print the status if asv has been silent for the heartbeat; whether it printed."""
+        with self._lock:
+            if self.clock() - self.last_line < self.heartbeat_s:
+                return False
+            self.out.write(self.status() + "\n")
+            self.out.flush()
+            self.last_line = self.clock()
+            return True
+
+    def follow(self, lines: Iterable[str], stop: threading.Event | None = None) -> None:
+        """Pass every line through, a heartbeat thread beating until the lines end."""
+        ended = stop or threading.Event()
+
+        def heartbeat() -> None:
+            while not ended.wait(min(self.heartbeat_s, 5.0)):
+                self.beat()
+
+        beater = threading.Thread(target=heartbeat, daemon=True)
+        beater.start()
+        try:
+            for text in lines:
+                self.line(text)
+        finally:
+            ended.set()
+            beater.join()
+
+
+def time_table(durations: Durations, slowest: int = 5) -> list[str]:
+    """Seconds per family (benchmarks and setup caches) and the ``slowest`` benchmarks, as a markdown table."""
+    families: dict[str, float] = {}
+    for name, seconds in durations.benchmarks.items():
+        family = name.split(".")[0].removeprefix("bench_")
+        families[family] = families.get(family, 0.0) + seconds
+    for module, seconds in durations.setup_caches.items():
+        family = module.removeprefix("bench_")
+        families[family] = families.get(family, 0.0) + seconds
+    lines = ["| family | seconds |", "| --- | --- |"]
+    lines += [f"| {family} | {seconds:.0f} |" for family, seconds in sorted(families.items(), key=lambda kv: -kv[1])]
+    lines += [f"| all ({len(durations.benchmarks)} benchmarks, setup caches included) | {durations.total:.0f} |", "",
+              "| slowest benchmark | seconds |", "| --- | --- |"]
+    ranked = sorted(durations.benchmarks.items(), key=lambda kv: -kv[1])[:slowest]
+    lines += [f"| `{name}` | {seconds:.0f} |" for name, seconds in ranked]
+    return lines
+
