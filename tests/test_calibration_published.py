@@ -27,8 +27,10 @@ def fake(name: str, reading: Reading, *, tolerance: float = 0.10, unit: str = "m
 def test_every_check_is_benchmarked_once_by_the_suite():
     classes = error_classes(bench_calibration)
     benchmarked = [name for cls in classes.values() for name in cls.params[0]]
-    assert sorted(benchmarked) == sorted(c.name for c in run.all_checks() if c.published)
+    assert sorted(benchmarked) == sorted(c.name for c in published.published_checks(run.all_checks()))
     assert any(not c.published for c in run.all_checks())  # the doctor's rows: run by pitfalls calibrate alone
+    # A family's own rows are published by the committed calibrate runs, not by asv.
+    assert {c.family for c in run.all_checks() if c.name not in benchmarked} >= {"loader", "parallel"}
     assert len(set(benchmarked)) == len(benchmarked)
     by_name = {c.name: c for c in run.all_checks()}
     for cls in classes.values():

@@ -36,8 +36,8 @@ from pitfalls.units import MIB
 
 __all__ = ["MODES", "NVML_WINDOW_S", "SPEEDUP_BLOCKS", "SPEEDUP_ROUNDS", "WARMUP_CALLS", "CompileFigures",
            "case", "case_table", "cold_compile_cache", "compile_figures", "compile_table", "compiled",
-           "cuda_peak_mib", "cuda_syncs", "lookup", "nvml_mean", "nvml_window", "nvml_windows", "parameter_sets",
-           "speedup", "step", "sync_hazards"]
+           "cuda_peak_mib", "cuda_syncs", "initialize_compiler", "lookup", "nvml_mean", "nvml_window", "nvml_windows",
+           "parameter_sets", "speedup", "step", "sync_hazards"]
 
 T = TypeVar("T")
 MODES = ("eager", "compiled")
@@ -210,9 +210,10 @@ def _fitting(family: str, device: str, sweep: Sequence[dict[str, Any]]) -> list[
 _COMPILER_READY: set[torch.device] = set()
 
 
-def _initialize_compiler(device: torch.device) -> None:
+def initialize_compiler(device: torch.device) -> None:
     """Compile a throw-away function once per process and device, so that inductor's own start-up (imports,
-    code generators, Triton: seconds) is not billed to whichever case is compiled first."""
+    code generators, Triton: seconds) is not billed to whichever case is compiled first. Done before a fork, the
+    children inherit it: asv's benchmark server does it once for every case it forks (benchmarks/common.py)."""
     if device not in _COMPILER_READY:
         with cold_compile_cache():
             torch.compile(torch.add)(torch.ones(2, device=device), torch.ones(2, device=device))
@@ -247,7 +248,7 @@ def compile_figures(family: str, variant: str, device: str, sweep: Sequence[dict
         def inputs(sizes: dict[str, Any]) -> tuple[Any, ...]:
             return first.inputs if sizes is kept[0] else build_case(family, variant, device=device, **sizes).inputs
 
-        _initialize_compiler(first.device)
+        initialize_compiler(first.device)
         with cold_compile_cache():
             report = compile_probe(first.fn, inputs, kept, sync=lambda: synchronize(first.device))
     return CompileFigures(compile_s=report.compile_s, graph_breaks=report.graph_breaks,

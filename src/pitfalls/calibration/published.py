@@ -23,6 +23,7 @@ __all__ = [
     "RELATIVE",
     "check_named",
     "checks_by_error_unit",
+    "published_checks",
     "error_class_name",
     "error_unit",
     "measured_error",
@@ -40,6 +41,15 @@ def error_unit(check: Check) -> str:
     return check.unit if check.absolute else RELATIVE
 
 
+def published_checks(checks: Iterable[Check]) -> list[Check]:
+    """The checks whose error asv publishes over commits: the shared instruments' (time, speedup, memory, hazards,
+    compile, CUDA, NVML, the group's memory), which every family's figures read. A family's own checks (the
+    loader's, the parallel family's: minutes of planted runs a table) are published by the committed
+    ``pitfalls calibrate --json`` runs under ``proof/``, which the docs' and the report's calibration tables read,
+    and the doctor's are published nowhere but its calibration (``Check.published`` False)."""
+    return [check for check in checks if check.published and not check.family]
+
+
 def checks_by_error_unit(checks: Iterable[Check]) -> dict[str, list[str]]:
     """The published checks' names grouped by the unit of their error, groups in first-seen order (relative first).
 
@@ -50,7 +60,7 @@ def checks_by_error_unit(checks: Iterable[Check]) -> dict[str, list[str]]:
         ``{error unit: [check name, ...]}``; every published check appears once.
     """
     grouped: dict[str, list[str]] = {RELATIVE: []}
-    for check in checks:
+    for check in published_checks(checks):
         if check.published:
             grouped.setdefault(error_unit(check), []).append(check.name)
     return {unit: names for unit, names in grouped.items() if names}

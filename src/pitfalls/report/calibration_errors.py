@@ -12,7 +12,7 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pitfalls.calibration.published import CHECK_PARAM, ERROR_METHOD, RELATIVE, error_unit
+from pitfalls.calibration.published import CHECK_PARAM, ERROR_METHOD, RELATIVE, error_unit, published_checks
 from pitfalls.calibration.table import CUDA, Check
 from pitfalls.report.rows import FAILED, SKIPPED, Row, env_label
 
@@ -99,7 +99,7 @@ def calibration_table(rows: Sequence[Row], checks: Sequence[Check]) -> list[Cali
     errors = [r for r in rows if is_calibration_error(r)]
     if not errors:
         return []
-    by_name = {c.name: c for c in checks if c.published}
+    by_name = {c.name: c for c in published_checks(checks)}
     published = dict.fromkeys(str(r.params[CHECK_PARAM]) for r in errors)
     names = list(by_name) + [n for n in published if n not in by_name]
     lines = []

@@ -77,4 +77,14 @@ def write_report(
     atomic_write(out / "claims.md", lambda p: p.write_text(claims, encoding="utf-8"))
     head, _, rest = summary_markdown(loaded, linked).partition("\n")
     text = f"{head}\n\n## The articles' claims, measured (claims.md)\n\n{claims}{rest}"
+    text += "\n".join(["", "## The calibration table, every check", "", *_calibration_runs(loaded.rows, proof), ""])
     return atomic_write(out / "README.md", lambda p: p.write_text(text, encoding="utf-8"))
+
+
+def _calibration_runs(rows: Sequence[Row], proof: Path) -> list[str]:
+    """Every check with its errors: asv's series (the shared instruments' checks) and the committed
+    ``pitfalls calibrate --json`` runs under ``proof/`` (the families' own checks, published there), the table the
+    docs print."""
+    from pitfalls.docs.calibration_table import calibration_lines  # one table for the docs and the report
+
+    return calibration_lines(rows, proof)
