@@ -21,13 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import torch
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from pitfalls import measure, registry
 from pitfalls.devices import cuda_available
 from pitfalls.family import COMPILE, Case, SkipCase
-from pitfalls.probes import Unavailable, compile_failure_reason
+from pitfalls.probes import Unavailable
 
 T = TypeVar("T")
 
@@ -74,16 +73,6 @@ def grid(environ: Mapping[str, str] | None = None) -> Grid:
 
 
 GRID = grid()
-
-# asv's benchmark server imports this module once and forks every case from it: torch.compile's own start-up
-# (dynamo's and inductor's lazy set-up, 2.3 s a process here) is made here once, on the CPU (no CUDA before a fork),
-# and every compiled case's process inherits it (its compile then took 0.2-0.3 s, not 2.5 s). It adds about 50 MiB
-# to every process's resident base: the peakmem_ series restarted with it (benchmarks/series.json).
-try:
-    measure.initialize_compiler(torch.device("cpu"))
-except torch._dynamo.exc.BackendCompilerFailed as error:  # no C++ compiler here: each case pays its own start-up
-    print(f"pitfalls: torch.compile's start-up left to each case: {compile_failure_reason(error)}", file=sys.stderr)
-
 
 def skip(reason: str) -> None:
     """Skip the current benchmark from ``setup()``: asv records it as n/a and prints the reason."""

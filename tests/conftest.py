@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from multiprocessing import resource_tracker
+from pathlib import Path
 
 import pytest
 from skips import STRICT_ENV, grouped
@@ -51,7 +52,30 @@ def _skip_reasons(config: pytest.Config) -> list[str]:
     return reasons
 
 
+# The test command's slowest tests: each phase adds what its tests took (setup, call and teardown) to this file, and
+# tests/shuffled.py prints the ten slowest of both phases at the end.
+DURATIONS_ENV = "PITFALLS_DURATIONS_FILE"
+_durations: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # With xdist the controller receives every worker's reports here; a worker writes nothing itself.
+    _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration
+
+
+def _save_durations(config: pytest.Config) -> None:
+    path = os.environ.get(DURATIONS_ENV)
+    if not path or hasattr(config, "workerinput"):
+        return
+    import json
+
+    file = Path(path)
+    known = json.loads(file.read_text()) if file.is_file() else {}
+    file.write_text(json.dumps({**known, **_durations}))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _save_durations(session.config)
     _, unexpected = grouped(_skip_reasons(session.config))
     if unexpected and os.environ.get(STRICT_ENV) == "1" and exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

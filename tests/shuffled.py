@@ -19,12 +19,15 @@ of a 20-minute phase), so the longest go first, as a longest-first schedule does
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import re
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 VERBOSITY = re.compile(r"-[qv]+|--quiet|--verbose")
 NO_TESTS = 5  # pytest's exit status when nothing was collected
@@ -96,6 +99,19 @@ def run_shuffled(pytest_args: list[str], seed: int, bucket: str, extra: list[str
     return status
 
 
+DURATIONS_ENV = "PITFALLS_DURATIONS_FILE"  # conftest.py's: each phase adds its tests' seconds to this file
+
+
+def print_slowest(durations: Path, count: int = 10) -> None:
+    """The ``count`` slowest tests of both phases (setup, call and teardown together)."""
+    if not durations.is_file():
+        return
+    ranked = sorted(json.loads(durations.read_text()).items(), key=lambda item: -item[1])[:count]
+    print(f"the {len(ranked)} slowest tests of both phases:", flush=True)
+    for node, seconds in ranked:
+        print(f"  {seconds:7.1f} s  {node}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Collect, shuffle and run (in two phases with ``--parallel``); returns pytest's exit status."""
     parser = argparse.ArgumentParser(prog="tests/shuffled.py", description=__doc__.splitlines()[0])
@@ -112,8 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     # loadfile keeps a module's tests in one process, in the shuffled order, so a module-scoped fixture is made once.
     # xdist deals the modules in the order given: the longest first.
     phases = (("parallel", ["-n", str(args.parallel), "--dist", "loadfile"], LONGEST), ("serial", [], ()))
-    statuses = [run_shuffled([*pytest_args, "--phase", phase], seed, args.bucket, extra, f"[{phase} phase] ", first)
-                for phase, extra, first in phases]
+    with tempfile.TemporaryDirectory(prefix="pitfalls-durations-") as scratch:
+        durations = Path(scratch) / "durations.json"
+        os.environ[DURATIONS_ENV] = str(durations)
+        statuses = [run_shuffled([*pytest_args, "--phase", phase], seed, args.bucket, extra, f"[{phase} phase] ",
+                                 first) for phase, extra, first in phases]
+        print_slowest(durations)
     ran = [status for status in statuses if status != NO_TESTS]
     return max(ran) if ran else NO_TESTS
 

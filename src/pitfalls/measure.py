@@ -212,8 +212,9 @@ _COMPILER_READY: set[torch.device] = set()
 
 def initialize_compiler(device: torch.device) -> None:
     """Compile a throw-away function once per process and device, so that inductor's own start-up (imports,
-    code generators, Triton: seconds) is not billed to whichever case is compiled first. Done before a fork, the
-    children inherit it: asv's benchmark server does it once for every case it forks (benchmarks/common.py)."""
+    code generators, Triton: seconds) is not billed to whichever case is compiled first. Not before a fork: a cold
+    start leaves inductor's thread pool running, and a forked child's compile then waited on it forever (asv's
+    benchmark server, tried to share this start-up with every case it forks, hung at its second compiled case)."""
     if device not in _COMPILER_READY:
         with cold_compile_cache():
             torch.compile(torch.add)(torch.ones(2, device=device), torch.ones(2, device=device))

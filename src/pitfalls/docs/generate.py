@@ -28,6 +28,7 @@ from pitfalls.report import claims
 from pitfalls.report.chart_data import Chart
 from pitfalls.report.loading import read_results
 from pitfalls.report.rows import Row
+from pitfalls.runner.progress import durations_of, time_table
 
 __all__ = ["KINDS", "Docs", "pages"]
 
@@ -133,4 +134,5 @@ KINDS: dict[str, Kind] = {
     "results-index": lambda docs, page: results_lines(docs.root, page),
     "proof-index": lambda docs, page: proof_lines(docs.root, page),
     "picture": lambda docs, page, results_file, benchmark: docs.picture(page, results_file, benchmark),
+    "main-job-time": lambda docs, _page, results_file: time_table(durations_of(docs.root / results_file)),
 }
