@@ -123,8 +123,10 @@ class Progress:
             self.last_line = self.clock()
             if ended:
                 self.done.add(ended["name"])
-                if self.running == ended["name"]:
-                    self.running = ""
+                # asv runs the benchmarks in name order: the next one it knows of is the one running now.
+                later = sorted(name for name in self.expected.benchmarks if name > ended["name"]
+                               and name not in self.done)
+                self.running, self.running_since = (later[0] if later else ""), self.last_line
             if started:
                 self.running, self.running_since = started["name"], self.last_line
 
