@@ -57,3 +57,15 @@ def test_pytest_runs_the_tests_in_the_shuffled_order(tmp_path: Path):
     assert "with --seed 11 --bucket module" in done.stdout and "6 passed" in done.stdout
     collected = [f"tests/test_{m}.py::test_it[{case}]" for m in ("one", "two") for case in ("a: b", "c", "d")]
     assert log.read_text().splitlines() == shuffled.shuffle(collected, 11, "module")
+
+
+def test_the_ten_slowest_tests_of_both_phases_close_the_run(tmp_path, capsys):
+    # Each phase adds its tests' seconds to one file (tests/conftest.py); the run ends with the slowest of all.
+    durations = tmp_path / "durations.json"
+    durations.write_text('{' + ", ".join(f'"tests/test_x.py::test_{i}": {i}.5' for i in range(14)) + '}')
+    shuffled.print_slowest(durations)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "the 10 slowest tests of both phases:"
+    assert [line.split()[-1] for line in lines[1:]] == [f"tests/test_x.py::test_{i}" for i in range(13, 3, -1)]
+    shuffled.print_slowest(tmp_path / "none.json")  # a run that measured nothing prints nothing
+    assert capsys.readouterr().out == ""
