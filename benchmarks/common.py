@@ -74,10 +74,6 @@ def grid(environ: Mapping[str, str] | None = None) -> Grid:
 
 GRID = grid()
 
-# asv's benchmark server imports this module once and forks every case from it: torch.compile's start-up is made
-# here once (CPU only), and every compiled case's process inherits it. It adds about 50 MiB to every process's
-# resident base: the peakmem_ series restarted with it (benchmarks/series.json).
-measure.start_compiler_before_fork()
 
 def skip(reason: str) -> None:
     """Skip the current benchmark from ``setup()``: asv records it as n/a and prints the reason."""

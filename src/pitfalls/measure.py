@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from pitfalls.units import MIB
 __all__ = ["MODES", "NVML_WINDOW_S", "SPEEDUP_BLOCKS", "SPEEDUP_ROUNDS", "WARMUP_CALLS", "CompileFigures",
            "case", "case_table", "cold_compile_cache", "compile_figures", "compile_table", "compiled",
            "cuda_peak_mib", "cuda_syncs", "initialize_compiler", "lookup", "nvml_mean", "nvml_window", "nvml_windows",
-           "parameter_sets", "speedup", "start_compiler_before_fork", "step", "sync_hazards"]
+           "parameter_sets", "speedup", "step", "sync_hazards"]
 
 T = TypeVar("T")
 MODES = ("eager", "compiled")
@@ -219,27 +218,6 @@ def initialize_compiler(device: torch.device) -> None:
             torch.compile(torch.add)(torch.ones(2, device=device), torch.ones(2, device=device))
         synchronize(device)
         _COMPILER_READY.add(device)
-
-
-def start_compiler_before_fork() -> None:
-    """torch.compile's start-up (`initialize_compiler` on the CPU) made in a process that forks its cases, so that
-    each child inherits it: a compiled case's process then compiled in 0.2-0.3 s here, not 2.5 s.
-
-    It compiles with one compile thread: a cold start with more left inductor's thread pool running in the parent,
-    and a forked child's compile then waited on it forever (seen: the second compiled case of a run hung). Nothing
-    here touches CUDA; without a C++ compiler each case pays its own start-up, as it did before.
-    """
-    import torch._inductor.config as inductor_config
-
-    threads = inductor_config.compile_threads
-    inductor_config.compile_threads = 1
-    try:
-        initialize_compiler(torch.device("cpu"))
-    except torch._dynamo.exc.BackendCompilerFailed as error:
-        print(f"pitfalls: torch.compile's start-up left to each case: {compile_failure_reason(error)}",
-              file=sys.stderr)
-    finally:
-        inductor_config.compile_threads = threads
 
 
 def compile_figures(family: str, variant: str, device: str, sweep: Sequence[dict[str, Any]]) -> CompileFigures:
