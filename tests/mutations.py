@@ -84,7 +84,7 @@ def run(mutation: Mutation, timeout_s: float) -> tuple[bool, str]:
         env = {**os.environ, "PYTHONPATH": str(copy / "src")}
         probe = subprocess.run([sys.executable, "-c", "import pitfalls; print(pitfalls.__file__)"], env=env,
                                capture_output=True, text=True, check=True, cwd=copy)
-        if not probe.stdout.strip().startswith(str(copy)):
+        if not Path(probe.stdout.strip()).is_relative_to(copy):
             raise SystemExit(f"the copy's package is not the one imported: {probe.stdout.strip()}")
         started = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",

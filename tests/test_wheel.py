@@ -47,7 +47,8 @@ def run(installed: dict[str, Path], *args: str, timeout: float = 600) -> subproc
 def test_the_installed_package_is_the_wheels_not_the_checkouts(installed: dict[str, Path]) -> None:
     where = subprocess.run([str(installed["python"]), "-c", "import pitfalls, pitfalls_asv; print(pitfalls.__file__)"],
                            cwd=installed["away"], capture_output=True, text=True, check=True).stdout.strip()
-    assert "site-packages" in where and not where.startswith(str(ROOT))
+    # is_relative_to, not a string prefix: a checkout at /tmp/tc would claim /tmp/tctmp/... as its own.
+    assert "site-packages" in where and not Path(where).is_relative_to(ROOT)
 
 
 def test_check_probe_calibrate_scan_and_scan_loader_work_without_the_checkout(installed: dict[str, Path]) -> None:
