@@ -52,7 +52,18 @@ class Docs:
     root: Path
 
     def __post_init__(self) -> None:
-        self.charts: dict[Path, Chart] = {}
+        self._charts: dict[Path, Chart] = {}
+
+    @functools.cached_property
+    def generated(self) -> dict[Path, str]:
+        """What each page should hold, rendered once: rendering is also what finds the pictures."""
+        return {page: self.page(page) for page in pages(self.root)}
+
+    @property
+    def charts(self) -> dict[Path, Chart]:
+        """Every picture the pages draw, by its PNG's path: what its pixels should be drawn from."""
+        _ = self.generated  # the pages name the pictures: render them first
+        return self._charts
 
     @functools.cached_property
     def rows(self) -> list[Row]:
@@ -63,7 +74,7 @@ class Docs:
         """The picture's lines: the PNG of the report's chart of ``benchmark`` in ``results_file``, and its caption."""
         chart = chart_of(self.root / results_file, benchmark)
         png = PICTURES / f"{chart.name}.png"
-        self.charts[png] = chart
+        self._charts[png] = chart
         return [f"![{chart.title}]({relative(png, page)})", "",
                 f"*{chart.subtitle}. Drawn by `pitfalls report`'s chart code from "
                 f"{link(code(results_file), Path(results_file), page)}; `python -m pitfalls.docs --write` draws it "
@@ -95,8 +106,8 @@ class Docs:
 
     def stale(self) -> list[str]:
         """One line per page or picture that differs from what generation gives."""
-        found = [f"{page}: differs from what generation gives" for page in pages(self.root)
-                 if self.page(page) != (self.root / page).read_text(encoding="utf-8")]
+        found = [f"{page}: differs from what generation gives" for page, text in self.generated.items()
+                 if text != (self.root / page).read_text(encoding="utf-8")]
         return found + [f"{png}: not drawn from the data the committed results give"
                         for png, chart in self.charts.items() if png_fingerprint(self.root / png) != fingerprint(chart)]
 
@@ -107,8 +118,7 @@ class Docs:
     def write(self) -> list[Path]:
         """Write every page and picture that differs; returns what was written."""
         written = []
-        for page in pages(self.root):
-            text = self.page(page)
+        for page, text in self.generated.items():
             if text != (self.root / page).read_text(encoding="utf-8"):
                 (self.root / page).write_text(text, encoding="utf-8")
                 written.append(page)
