@@ -182,3 +182,10 @@ def test_the_pages_are_the_readme_and_the_docs_tree() -> None:
     found = pages(ROOT)
     assert found[0] == Path("README.md") and Path("docs/README.md") in found
     assert set(found) == {Path("README.md"), *(p.relative_to(ROOT) for p in (ROOT / "docs").rglob("*.md"))}
+
+
+def test_a_main_job_time_block_of_a_file_without_durations_is_an_error_not_a_table_of_zeros(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "time.md").write_text(f"{opening('main-job-time', 'results/m/gone.json')}\n{END}\n")
+    with pytest.raises(ValueError, match="results/m/gone.json holds no asv durations"):
+        Docs(tmp_path).stale()

@@ -1,5 +1,5 @@
 """The budgeted GPU run rehearsed on this machine, as a lent GPU machine would run it: the same command with
-``--device cpu --budget 120``, its archive merged into a results folder that ``pitfalls report`` reads.
+``--device cpu --budget 60``, its archive merged into a results folder that ``pitfalls report`` reads.
 
 It is not timed: it checks from the run's own plan and ledger that no piece started when its cost exceeded the time
 left, and that every piece is accounted for (done, over budget with its reason, or failed with its log)."""
@@ -19,7 +19,7 @@ from pitfalls.gpu_run.pieces import PIECES
 from pitfalls.gpu_run.plan import DONE, MARGIN_S, OVER_BUDGET
 
 ROOT = Path(__file__).resolve().parents[1]
-BUDGET = 120
+BUDGET = 60  # the loss slice's first three pieces fit, its speedups do not: both kinds of entry, in a minute
 
 pytestmark = pytest.mark.serial  # its asv slices time cases: the machine to itself, as the main job has it
 
@@ -47,7 +47,7 @@ def test_no_piece_started_when_its_cost_exceeded_the_time_left(rehearsal: dict[s
             assert entry["reason"].startswith("over budget: needs about"), entry
     started = [e for e in entries if e["started"]]
     assert started and all(e["status"] == DONE for e in started)
-    assert any(e["status"] == OVER_BUDGET for e in entries), "120 s cannot hold every piece: none was left out"
+    assert any(e["status"] == OVER_BUDGET for e in entries), f"{BUDGET} s cannot hold every piece: none was left out"
     # The whole run ends within the budget, its margin and the last piece's stop.
     assert ledger["seconds"] <= BUDGET + MARGIN_S + 30
     # The costs planned are the committed ones for this kind, not guesses.

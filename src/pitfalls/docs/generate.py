@@ -144,5 +144,19 @@ KINDS: dict[str, Kind] = {
     "results-index": lambda docs, page: results_lines(docs.root, page),
     "proof-index": lambda docs, page: proof_lines(docs.root, page),
     "picture": lambda docs, page, results_file, benchmark: docs.picture(page, results_file, benchmark),
-    "main-job-time": lambda docs, _page, results_file: time_table(durations_of(docs.root / results_file)),
+    "main-job-time": lambda docs, page, results_file: main_job_time(docs.root, page, results_file),
 }
+
+
+def main_job_time(root: Path, page: Path, results_file: str) -> list[str]:
+    """The main job's time table from the durations asv recorded in ``results_file``.
+
+    Raises:
+        ValueError: the file holds no durations (missing, unreadable, or not an asv results file): a table of
+            nothing would read as a main job that took 0 s.
+    """
+    durations = durations_of(root / results_file)
+    if not durations.benchmarks:
+        raise ValueError(f"{page}: main-job-time: {results_file} holds no asv durations (missing or not an asv "
+                         "results file); name a committed results file of the main job")
+    return time_table(durations)
