@@ -349,6 +349,22 @@ def test_gpu_proofs_part_runs_dry_on_the_cpu_with_pinning_n_a():
     assert settings["pin=on"]["skipped"].startswith("n/a: pin_memory needs a CUDA device")
 
 
+def _as_from_a_terminal() -> None:
+    """In the scan's child before it runs: Ctrl-C handled by default and not blocked, as a terminal gives it.
+
+    A non-interactive shell starts a background command (`cmd &`) with SIGINT ignored, and every process under it
+    inherits that; the scan keeps a SIGINT it was started ignoring ignored (as under nohup, by design). A test
+    command started that way read both Ctrl-C tests as scans that ran to their end and exited 0."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _signal_state(pid: int) -> str:
+    """The kernel's masks of a process's signals (SIGINT is 0x2 in each): what a failed Ctrl-C test reports."""
+    with open(f"/proc/{pid}/status") as status:
+        return " ".join(" ".join(line.split()) for line in status if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
+
+
 def test_ctrl_c_ends_the_scan_with_one_line_and_every_worker_gone():
     # 1 s a batch: the timed setting whose worker the test waits for lasts over 10 s, so that the Ctrl-C lands in
     # the scan even when a loaded machine delays this process after it saw the worker (at 25 ms an item the scan
@@ -356,7 +372,7 @@ def test_ctrl_c_ends_the_scan_with_one_line_and_every_worker_gone():
     env = {**os.environ, "PIPELINE_ITEM_MS": "250", "PIPELINE_STEP_MS": "10"}
     scan = subprocess.Popen([sys.executable, "-m", "pitfalls.cli", "scan-loader", f"{PIPELINE}:loader", "--workers",
                              "1", "--budget", "120"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, preexec_fn=_as_from_a_terminal)
     workers: set[int] = set()
     deadline = time.monotonic() + 120
     while not workers and time.monotonic() < deadline and scan.poll() is None:
@@ -365,9 +381,10 @@ def test_ctrl_c_ends_the_scan_with_one_line_and_every_worker_gone():
         time.sleep(0.2)
     assert workers, "the scan never started a worker"
     assert scan.poll() is None, "the scan ended before the Ctrl-C"
+    state = _signal_state(scan.pid)
     os.killpg(scan.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole foreground group
     _out, err = scan.communicate(timeout=60)
-    assert scan.returncode == 130
+    assert scan.returncode == 130, state
     assert err.strip().splitlines() == ["pitfalls scan-loader: interrupted; every worker is stopped"]
     assert not [pid for pid in workers if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
 
@@ -397,16 +414,18 @@ def test_ctrl_c_that_lands_in_a_finalizer_still_ends_the_scan(tmp_path: Path) ->
     """))
     scan = subprocess.Popen([sys.executable, "-m", "pitfalls.cli", "scan-loader", f"{script}:loader", "--step",
                              f"{script}:step", "--workers", "1", "--budget", "60"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_as_from_a_terminal)
     deadline = time.monotonic() + 120
     while not mark.exists() and time.monotonic() < deadline and scan.poll() is None:
         time.sleep(0.02)
     assert mark.exists(), "the step's finalizer never ran"
     time.sleep(0.3)  # inside the finalizer's sleep
+    state = _signal_state(scan.pid)
     os.killpg(scan.pid, signal.SIGINT)
     _out, err = scan.communicate(timeout=60)
     assert (scan.returncode, err.strip().splitlines()) == (130, ["pitfalls scan-loader: interrupted; every worker "
-                                                                 "is stopped"])
+                                                                 "is stopped"]), state
 
 
 def test_a_scan_child_leaves_ctrl_c_to_the_scan_and_is_quiet_only_about_an_abandoned_handover() -> None:

@@ -7,6 +7,8 @@ import socket
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from pitfalls.runner import staging
 
 
@@ -47,3 +49,28 @@ def test_the_next_job_removes_a_killed_jobs_tmp_elsewhere(tmp_path: Path) -> Non
     logged: list[str] = []
     assert staging.remove_stale(deep, logged.append) == [stage.path]
     assert not elsewhere.exists() and not stage.path.exists() and logged
+
+
+def test_a_deep_stage_under_a_deep_tmpdir_still_binds_its_socket(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # A Slurm task's TMPDIR is its scratch folder under the test's own: 83 bytes with pytest's numbering here, where
+    # a TMPDIR kept elsewhere of the system's temporary directory left no room for the socket.
+    deep_tmpdir = tmp_path / ("t" * 80)
+    deep_tmpdir.mkdir()
+    monkeypatch.setenv("TMPDIR", str(deep_tmpdir))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    with staging.Stage(deep_tmpdir / "suite" / "staging") as stage:
+        assert not stage.tmp.is_relative_to(deep_tmpdir), stage.tmp
+        _bind_socket_in(stage.tmp)
+        elsewhere = stage.tmp
+    assert not elsewhere.exists()
+
+
+def test_no_short_temporary_directory_is_one_clear_error(tmp_path: Path) -> None:
+    deep = str(tmp_path / ("t" * 100))
+    with pytest.raises(RuntimeError, match=f"tried {deep} \\({len(deep)} bytes\\): set TMPDIR to a short writable"):
+        staging.short_temporary_root((deep,))
+    missing = "/no-such-folder"
+    with pytest.raises(RuntimeError, match="tried /no-such-folder"):
+        staging.short_temporary_root((missing,))
+    assert staging.short_temporary_root((missing, "/tmp")) == "/tmp"

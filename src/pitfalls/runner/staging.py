@@ -33,6 +33,37 @@ SOCKET_TAIL = len("/asv-forkserver-XXXXXXXX/socket")
 UNIX_PATH_MAX = 107
 
 
+ELSEWHERE_PREFIX = "pitfalls-run-"
+# The roots tried for a TMPDIR kept elsewhere, after the system's temporary directory: a batch job's TMPDIR is often
+# its own deep scratch folder (a Slurm task's, pytest's), itself too deep for the socket.
+SHORT_ROOTS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def _socket_fits(folder: str | os.PathLike[str]) -> bool:
+    return len(os.fsencode(folder)) + SOCKET_TAIL <= UNIX_PATH_MAX
+
+
+def short_temporary_root(candidates: tuple[str, ...] | None = None) -> str:
+    """The first writable temporary directory in which a stage's TMPDIR leaves room for asv's forkserver socket.
+
+    Args:
+        candidates: the directories tried, in order; None means the system's temporary directory, then
+            `SHORT_ROOTS`.
+
+    Raises:
+        RuntimeError: none of them is both short enough and writable (the message names each and its length).
+    """
+    tried = [tempfile.gettempdir(), *SHORT_ROOTS] if candidates is None else list(candidates)
+    tail = f"/{ELSEWHERE_PREFIX}XXXXXXXX"
+    for root in tried:
+        if _socket_fits(root + tail) and os.path.isdir(root) and os.access(root, os.W_OK | os.X_OK):
+            return root
+    raise RuntimeError(
+        f"no temporary directory leaves room for asv's forkserver socket ({UNIX_PATH_MAX} bytes at most); tried "
+        + ", ".join(f"{root} ({len(os.fsencode(root))} bytes)" for root in tried)
+        + ": set TMPDIR to a short writable folder")
+
+
 def _held_by_a_live_job(folder: Path) -> bool:
     try:
         fd = os.open(folder / ALIVE, os.O_RDWR)
@@ -79,7 +110,7 @@ def _remove_tmp_elsewhere(folder: Path) -> None:
         elsewhere = Path((folder / ELSEWHERE).read_text().strip())
     except OSError:
         return
-    if elsewhere.name.startswith("pitfalls-run-"):  # only a folder a stage made
+    if elsewhere.name.startswith(ELSEWHERE_PREFIX):  # only a folder a stage made
         shutil.rmtree(elsewhere, ignore_errors=True)
 
 
@@ -110,11 +141,11 @@ class Stage:
         self.path.mkdir()
         self._lock_fd = os.open(self.path / ALIVE, os.O_RDWR | os.O_CREAT, 0o644)
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
-        if len(os.fsencode(self.tmp)) + SOCKET_TAIL > UNIX_PATH_MAX:
-            self.tmp = Path(tempfile.mkdtemp(prefix="pitfalls-run-"))
-            (self.path / ELSEWHERE).write_text(f"{self.tmp}\n")
-        else:
+        if _socket_fits(self.tmp):
             self.tmp.mkdir()
+        else:
+            self.tmp = Path(tempfile.mkdtemp(prefix=ELSEWHERE_PREFIX, dir=short_temporary_root()))
+            (self.path / ELSEWHERE).write_text(f"{self.tmp}\n")
         return self
 
     def remove(self) -> None:
