@@ -219,7 +219,9 @@ def test_sigterm_to_the_script_stops_asv_and_its_forkserver_and_removes_staging(
 
 
 def test_a_killed_run_is_cleaned_up_by_the_next_and_dirty_runs_get_their_own_machine(repo, home):
-    killed = start_script(repo, "run-suite", "-b", "SyncHazards", "--no-publish", home=home)
+    # The speedups run for minutes: the killed run's asv must still be running when the next run starts after its
+    # own check (the sync hazards, a few seconds of benchmarks, once ended first and left nothing to stop).
+    killed = start_script(repo, "run-suite", "-b", "Speedup", "--no-publish", home=home)
     marker = str(repo / ".asv" / "staging" / f"run-{killed.pid}")
     try:
         wait_for_forkserver(killed, marker)
