@@ -219,19 +219,23 @@ def test_sigterm_to_the_script_stops_asv_and_its_forkserver_and_removes_staging(
 
 
 def test_a_killed_run_is_cleaned_up_by_the_next_and_dirty_runs_get_their_own_machine(repo, home):
-    # The speedups run for minutes: the killed run's asv must still be running when the next run starts after its
-    # own check (the sync hazards, a few seconds of benchmarks, once ended first and left nothing to stop).
-    killed = start_script(repo, "run-suite", "-b", "Speedup", "--no-publish", home=home)
+    killed = start_script(repo, "run-suite", "-b", "SyncHazards", "--no-publish", home=home)
     marker = str(repo / ".asv" / "staging" / f"run-{killed.pid}")
+    leftover = None
     try:
         wait_for_forkserver(killed, marker)
-        os.kill(killed.pid, signal.SIGKILL)  # nothing can clean up after SIGKILL: asv runs on without it
+        os.kill(killed.pid, signal.SIGKILL)  # nothing can clean up after SIGKILL
         killed.wait(timeout=60)  # not communicate(): asv holds the pipes open while it runs on
+        # asv writes into the killed job's pipe and ends at its next line (in 2 of 3 test commands before the next
+        # run came); a process of the run that outlives it, as a benchmark's own child can, is planted here.
+        leftover = subprocess.Popen(["sleep", "600"], env={**os.environ, "PITFALLS_RUN": marker},
+                                    start_new_session=True)
         assert marked(marker) and Path(marker).exists()
         clean = {p: p.read_bytes() for p in (repo / "results").rglob("*") if p.is_file()}
 
         (repo / "NOTES.txt").write_text("uncommitted\n")
         done = run_script(repo, "run-suite", "--allow-dirty", "-b", SAMPLER_ONE, "--no-publish", home=home)
+        ended = leftover.poll() is not None  # before the clean-up below kills what is left
     finally:
         (repo / "NOTES.txt").unlink(missing_ok=True)
         for process in marked(marker):
@@ -239,9 +243,13 @@ def test_a_killed_run_is_cleaned_up_by_the_next_and_dirty_runs_get_their_own_mac
                 os.killpg(os.getpgid(process.pid), signal.SIGKILL)
         killed.stdout.close()
         killed.stderr.close()
+        if leftover is not None:
+            leftover.kill()
+            leftover.wait()
     assert done.returncode == 0, done.stderr[-5000:]
     assert f"removing {marker}: the staging folder of an earlier run that was killed" in done.stderr
     assert "stopped" in done.stderr and not marked(marker) and not Path(marker).exists()
+    assert ended, "the next run left the killed run's process running"
     # The dirty run lands under <machine>-dirty and leaves every clean file as it was.
     assert "uncommitted changes (NOTES.txt)" in done.stderr
     assert {p: p.read_bytes() for p in clean} == clean
