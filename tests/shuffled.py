@@ -12,8 +12,13 @@ With ``--parallel N`` the run has two phases: the tests not marked ``serial`` ac
 one module per process at a time), then the ``serial`` ones (timing and memory figures read against planted
 values) with the machine to themselves. In the parallel phase the modules of `LONGEST` are dealt first (in a
 shuffled order among themselves, their tests shuffled as any module's), then the others: a long module dealt
-last would leave the other processes idle for most of its length (the container's alone takes about 8 minutes
-of a 20-minute phase), so the longest go first, as a longest-first schedule does.
+last would leave the other processes idle for most of its length (the container's alone takes about 3 minutes
+of a 9-minute phase), so the longest go first, as a longest-first schedule does. xdist deals the modules in the
+order given only with ``--no-loadscope-reorder``: by default it sorts them by their number of tests, which put
+the container's few long tests minutes into the phase.
+
+Each phase ends with its wall time and how many of the machine's cores were busy on average (from /proc/stat),
+and the run with the slowest tests of both phases (``--slowest N``, default 10).
 """
 
 from __future__ import annotations
@@ -31,9 +36,14 @@ from pathlib import Path
 
 VERBOSITY = re.compile(r"-[qv]+|--quiet|--verbose")
 NO_TESTS = 5  # pytest's exit status when nothing was collected
-# The modules that take longest in the parallel phase, measured on the 2-core machine (a fresh HOME): the image
-# built and run (about 475 s), the main job's scripts (about 260 s), the merged fleet of two real runs (about 130 s).
-LONGEST = ("tests/test_container.py", "tests/test_run_suite.py", "tests/test_merge.py")
+# The modules that take longest in the parallel phase, measured on the 2-core machine from a fresh clone and HOME
+# (seconds of their tests in that phase, 2 processes): the image built and run (190), the main job's scripts (99),
+# the rank groups (90), the GPU proof's dry run (80), the Slurm fleet (79), scan-loader (65), the asv suite (56),
+# the loader (54), the merged fleet of two real runs (43), the installed wheel (40). Every other module takes at
+# most 31 s, so none dealt last keeps a process busy long after the others are done.
+LONGEST = ("tests/test_container.py", "tests/test_run_suite.py", "tests/test_parallel.py", "tests/test_gpu_proof.py",
+           "tests/test_slurm_fleet.py", "tests/test_scan_loader.py", "tests/test_asv_suite.py",
+           "tests/test_loader.py", "tests/test_merge.py", "tests/test_wheel.py")
 
 
 def shuffle(nodes: list[str], seed: int, bucket: str, first: tuple[str, ...] = ()) -> list[str]:
@@ -73,6 +83,27 @@ def collect(pytest_args: list[str]) -> tuple[int, list[str], str]:
     return collected.returncode, nodes, collected.stdout[-3000:] + collected.stderr[-3000:]
 
 
+def cpu_seconds(stat: Path = Path("/proc/stat")) -> tuple[float, float] | None:
+    """(busy, all) seconds of every core since boot, from the kernel's ``cpu`` line; None where there is none."""
+    try:
+        fields = [int(field) for field in stat.read_text().splitlines()[0].split()[1:]]
+    except (OSError, IndexError, ValueError):
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and iowait: a core waiting on a disk is free
+    # guest and guest_nice (fields 8 and 9) are already counted in user and nice.
+    total = sum(fields[:8])
+    return (total - idle) / ticks, total / ticks
+
+
+def cores_busy(before: tuple[float, float] | None, after: tuple[float, float] | None) -> str:
+    """", X.X of N cores busy" between two `cpu_seconds` readings, or "" where either is missing."""
+    if before is None or after is None or after[1] <= before[1]:
+        return ""
+    cores = os.cpu_count() or 1
+    return f", {cores * (after[0] - before[0]) / (after[1] - before[1]):.1f} of {cores} cores busy"
+
+
 def run_shuffled(pytest_args: list[str], seed: int, bucket: str, extra: list[str], label: str,
                  first: tuple[str, ...] = ()) -> int:
     """Collect with ``pytest_args``, shuffle (the modules in ``first`` first), and run in that order with ``extra``
@@ -91,11 +122,13 @@ def run_shuffled(pytest_args: list[str], seed: int, bucket: str, extra: list[str
     # The node ids already carry the selection (files, -m, -k); pytest runs them in the order given, with the
     # other options (-x, --durations, ...).
     options = [arg for arg in pytest_args if not is_selection(arg)]
+    cpu = cpu_seconds()
     status = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *options, *extra,
                              *shuffle(nodes, seed, bucket, first)], check=False).returncode
     # The phase's whole wall time, its interpreters' start and exit included, which pytest's own "in N s" is not:
     # the test command's budget is this.
-    print(f"{label}collected in {collected - began:.0f} s, ran in {time.monotonic() - collected:.0f} s", flush=True)
+    print(f"{label}collected in {collected - began:.0f} s, ran in {time.monotonic() - collected:.0f} s"
+          f"{cores_busy(cpu, cpu_seconds())}", flush=True)
     return status
 
 
@@ -121,19 +154,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parallel", type=int, default=1, metavar="N",
                         help="run the tests not marked serial across N processes (pytest-xdist, a module per "
                              "process), then the serial ones alone (default 1: all in one process)")
+    parser.add_argument("--slowest", type=int, default=10, metavar="N",
+                        help="how many of the slowest tests of both phases to print at the end (default 10)")
     args, pytest_args = parser.parse_known_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(2**32)
     if args.parallel <= 1:
         return run_shuffled(pytest_args, seed, args.bucket, [], "")
-    # loadfile keeps a module's tests in one process, in the shuffled order, so a module-scoped fixture is made once.
-    # xdist deals the modules in the order given: the longest first.
-    phases = (("parallel", ["-n", str(args.parallel), "--dist", "loadfile"], LONGEST), ("serial", [], ()))
+    # loadfile keeps a module's tests in one process, in the shuffled order, so a module-scoped fixture is made once;
+    # xdist deals the modules in the order given (the longest first) only when told not to sort them.
+    parallel = ["-n", str(args.parallel), "--dist", "loadfile", "--no-loadscope-reorder"]
+    phases: tuple[tuple[str, list[str], tuple[str, ...]], ...] = (("parallel", parallel, LONGEST), ("serial", [], ()))
     with tempfile.TemporaryDirectory(prefix="pitfalls-durations-") as scratch:
         durations = Path(scratch) / "durations.json"
         os.environ[DURATIONS_ENV] = str(durations)
         statuses = [run_shuffled([*pytest_args, "--phase", phase], seed, args.bucket, extra, f"[{phase} phase] ",
                                  first) for phase, extra, first in phases]
-        print_slowest(durations)
+        print_slowest(durations, args.slowest)
     ran = [status for status in statuses if status != NO_TESTS]
     return max(ran) if ran else NO_TESTS
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -69,3 +70,54 @@ def test_the_ten_slowest_tests_of_both_phases_close_the_run(tmp_path, capsys):
     assert [line.split()[-1] for line in lines[1:]] == [f"tests/test_x.py::test_{i}" for i in range(13, 3, -1)]
     shuffled.print_slowest(tmp_path / "none.json")  # a run that measured nothing prints nothing
     assert capsys.readouterr().out == ""
+
+
+def test_the_parallel_phase_deals_the_longest_modules_first(tmp_path: Path):
+    # xdist sorts modules by their number of tests unless told not to: the container's few long tests then started
+    # minutes into the phase. Planted: the two longest modules with one test each, three others with five each.
+    (tmp_path / "tests").mkdir()
+    log = tmp_path / "ran.jsonl"
+    (tmp_path / "tests" / "conftest.py").write_text(textwrap.dedent("""
+        def pytest_addoption(parser):
+            parser.addoption("--phase", default=None)
+        def pytest_collection_modifyitems(config, items):
+            if config.getoption("--phase") == "serial":  # none is marked serial
+                config.hook.pytest_deselected(items=list(items))
+                items[:] = []
+    """))
+    longest, others = shuffled.LONGEST[:2], ("tests/test_p.py", "tests/test_q.py", "tests/test_r.py")
+    for module in (*longest, *others):
+        count = 1 if module in longest else 5
+        (tmp_path / module).write_text(textwrap.dedent(f"""
+            import json, os, time
+            import pytest
+            @pytest.mark.parametrize("case", range({count}))
+            def test_it(case):
+                with open({str(log)!r}, "a") as fh:
+                    fh.write(json.dumps([os.environ["PYTEST_XDIST_WORKER"], {module!r}, time.time()]) + "\\n")
+        """))
+    done = subprocess.run([sys.executable, str(Path(shuffled.__file__)), "--seed", "3", "--parallel", "2", "-q",
+                           "tests"], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    ran = sorted((json.loads(line) for line in log.read_text().splitlines()), key=lambda row: row[2])
+    first = {}
+    for worker, module, _ in ran:
+        first.setdefault(worker, module)
+    assert sorted(first.values()) == sorted(longest), ran
+    assert "[parallel phase] collected in" in done.stdout
+
+
+def test_cores_busy_reads_a_planted_kernel_counter(tmp_path: Path, monkeypatch):
+    stat = tmp_path / "stat"
+    ticks = 100
+    monkeypatch.setattr(shuffled.os, "sysconf", lambda name: ticks)
+    monkeypatch.setattr(shuffled.os, "cpu_count", lambda: 2)
+    # user nice system idle iowait irq softirq steal guest guest_nice, in ticks
+    stat.write_text("cpu  1000 0 200 5000 100 0 0 0 300 0\ncpu0 ...\n")
+    before = shuffled.cpu_seconds(stat)
+    assert before == (12.0, 63.0)  # guest time is inside user: not counted twice
+    # 10 s of both cores: 15 s busy (user and system), 5 s idle or waiting on the disk.
+    stat.write_text("cpu  2300 0 400 5300 300 0 0 0 300 0\n")
+    assert shuffled.cores_busy(before, shuffled.cpu_seconds(stat)) == ", 1.5 of 2 cores busy"
+    assert shuffled.cpu_seconds(tmp_path / "none") is None
+    assert shuffled.cores_busy(None, before) == ""
