@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 from collections.abc import Iterator
 from multiprocessing import resource_tracker
 from pathlib import Path
@@ -52,15 +53,40 @@ def _skip_reasons(config: pytest.Config) -> list[str]:
     return reasons
 
 
-# The test command's slowest tests: each phase adds what its tests took (setup, call and teardown) to this file, and
-# tests/shuffled.py prints the ten slowest of both phases at the end.
+# The test command's slowest tests: each phase adds what its tests took (setup, call and teardown), in wall seconds
+# and in CPU seconds of the test's process and the children it waited for, to this file, and tests/shuffled.py
+# prints the ten slowest of both phases at the end. The parallel phase keeps both cores busy: what a test costs
+# it is its CPU seconds more than its wall time.
 DURATIONS_ENV = "PITFALLS_DURATIONS_FILE"
-_durations: dict[str, float] = {}
+_durations: dict[str, list[float]] = {}
+_CPU_AT = pytest.StashKey[float]()
+CPU_PROPERTY = "cpu_s"
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_CPU_AT] = _cpu_seconds()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    report = yield
+    if call.when == "teardown" and _CPU_AT in item.stash:
+        report.user_properties.append((CPU_PROPERTY, _cpu_seconds() - item.stash[_CPU_AT]))
+    return report
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    # With xdist the controller receives every worker's reports here; a worker writes nothing itself.
-    _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration
+    # With xdist the controller receives every worker's reports here (their properties with them); a worker writes
+    # nothing itself.
+    wall, cpu = _durations.get(report.nodeid, [0.0, 0.0])
+    cpu += sum(value for name, value in report.user_properties if name == CPU_PROPERTY)
+    _durations[report.nodeid] = [wall + report.duration, cpu]
 
 
 def _save_durations(config: pytest.Config) -> None:

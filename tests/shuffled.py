@@ -136,13 +136,17 @@ DURATIONS_ENV = "PITFALLS_DURATIONS_FILE"  # conftest.py's: each phase adds its 
 
 
 def print_slowest(durations: Path, count: int = 10) -> None:
-    """The ``count`` slowest tests of both phases (setup, call and teardown together)."""
+    """The ``count`` slowest tests of both phases (setup, call and teardown together), in wall and CPU seconds."""
     if not durations.is_file():
         return
-    ranked = sorted(json.loads(durations.read_text()).items(), key=lambda item: -item[1])[:count]
-    print(f"the {len(ranked)} slowest tests of both phases:", flush=True)
-    for node, seconds in ranked:
-        print(f"  {seconds:7.1f} s  {node}", flush=True)
+    measured: dict[str, list[float]] = json.loads(durations.read_text())
+    ranked = sorted(measured.items(), key=lambda item: -item[1][0])[:count]
+    print(f"the {len(ranked)} slowest tests of both phases (wall s, CPU s of the test and the children it waited "
+          f"for):", flush=True)
+    for node, (wall, cpu) in ranked:
+        print(f"  {wall:7.1f} {cpu:7.1f}  {node}", flush=True)
+    walls, cpus = (sum(seconds[i] for seconds in measured.values()) for i in (0, 1))
+    print(f"  {walls:7.1f} {cpus:7.1f}  all {len(measured)} tests", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

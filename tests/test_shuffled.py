@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -61,15 +62,43 @@ def test_pytest_runs_the_tests_in_the_shuffled_order(tmp_path: Path):
 
 
 def test_the_ten_slowest_tests_of_both_phases_close_the_run(tmp_path, capsys):
-    # Each phase adds its tests' seconds to one file (tests/conftest.py); the run ends with the slowest of all.
+    # Each phase adds its tests' wall and CPU seconds to one file (tests/conftest.py); the run ends with the slowest
+    # of all, and the sums.
     durations = tmp_path / "durations.json"
-    durations.write_text('{' + ", ".join(f'"tests/test_x.py::test_{i}": {i}.5' for i in range(14)) + '}')
+    durations.write_text(json.dumps({f"tests/test_x.py::test_{i}": [i + 0.5, 2.0 * i] for i in range(14)}))
     shuffled.print_slowest(durations)
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "the 10 slowest tests of both phases:"
-    assert [line.split()[-1] for line in lines[1:]] == [f"tests/test_x.py::test_{i}" for i in range(13, 3, -1)]
+    assert lines[0].startswith("the 10 slowest tests of both phases (wall s, CPU s")
+    assert [line.split()[-1] for line in lines[1:-1]] == [f"tests/test_x.py::test_{i}" for i in range(13, 3, -1)]
+    assert lines[1].split() == ["13.5", "26.0", "tests/test_x.py::test_13"]
+    assert lines[-1].split() == ["98.0", "182.0", "all", "14", "tests"]
     shuffled.print_slowest(tmp_path / "none.json")  # a run that measured nothing prints nothing
     assert capsys.readouterr().out == ""
+
+
+def test_each_test_s_cpu_seconds_reach_the_durations_file_from_every_process(tmp_path: Path):
+    # Planted: a test that burns about 1 s of CPU in a child it waits for, one that sleeps 1 s; run across two
+    # processes, as the parallel phase is.
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "conftest.py").write_text((Path(shuffled.__file__).parent / "conftest.py").read_text())
+    (tmp_path / "tests" / "skips.py").write_text((Path(shuffled.__file__).parent / "skips.py").read_text())
+    (tmp_path / "tests" / "test_burn.py").write_text(textwrap.dedent("""
+        import subprocess, sys, time
+        def test_burn():
+            subprocess.run([sys.executable, "-c", "import time\\nend = time.process_time() + 1\\n"
+                            "while time.process_time() < end: pass"], check=True)
+    """))
+    (tmp_path / "tests" / "test_sleep.py").write_text("import time\n\ndef test_sleep():\n    time.sleep(1)\n")
+    durations = tmp_path / "durations.json"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "tests"],
+                          cwd=tmp_path, capture_output=True, text=True, check=False,
+                          env={**os.environ, "PITFALLS_DURATIONS_FILE": str(durations)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    measured = json.loads(durations.read_text())
+    (burn_wall, burn_cpu), (sleep_wall, sleep_cpu) = (measured[f"tests/test_{name}.py::test_{name}"]
+                                                      for name in ("burn", "sleep"))
+    assert 1.0 <= burn_cpu <= burn_wall + 0.5, measured
+    assert sleep_wall >= 1.0 and sleep_cpu < 0.2, measured
 
 
 def test_the_parallel_phase_deals_the_longest_modules_first(tmp_path: Path):
