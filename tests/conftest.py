@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 from collections.abc import Iterator
@@ -31,7 +32,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           "then the serial ones alone")
 
 
+# tests/shuffled.py's: one collection lists the tests marked serial in this file, so that both phases are dealt
+# from it rather than collecting twice.
+SERIAL_LIST_ENV = "PITFALLS_SERIAL_LIST"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    listing = os.environ.get(SERIAL_LIST_ENV)
+    if listing:
+        serial = [item.nodeid for item in items if item.get_closest_marker("serial") is not None]
+        Path(listing).write_text(json.dumps(serial))
     phase = config.getoption("--phase")
     if phase is None:
         return
@@ -93,8 +103,6 @@ def _save_durations(config: pytest.Config) -> None:
     path = os.environ.get(DURATIONS_ENV)
     if not path or hasattr(config, "workerinput"):
         return
-    import json
-
     file = Path(path)
     known = json.loads(file.read_text()) if file.is_file() else {}
     file.write_text(json.dumps({**known, **_durations}))

@@ -8,14 +8,14 @@ pytest-random-order) the modules run in a shuffled order and each module's tests
 themselves, so a module-scoped fixture (a built site, a merged history) is made once; ``--bucket global``
 shuffles every test among all. The same seed gives the same order, so a failure can be replayed.
 
-With ``--parallel N`` the run has two phases: the tests not marked ``serial`` across N processes (pytest-xdist,
-one module per process at a time), then the ``serial`` ones (timing and memory figures read against planted
-values) with the machine to themselves. In the parallel phase the modules of `LONGEST` are dealt first (in a
-shuffled order among themselves, their tests shuffled as any module's), then the others: a long module dealt
-last would leave the other processes idle for most of its length (the container's alone takes about 3 minutes
+With ``--parallel N`` the tests are collected once, then run in two phases: the tests not marked ``serial`` across N
+processes (pytest-xdist, one module per process at a time), then the ``serial`` ones (timing and memory figures read
+against planted values) with the machine to themselves. In the parallel phase the modules of `LONGEST` are dealt
+first (in a shuffled order among themselves, their tests shuffled as any module's), then the others: a long module
+dealt last would leave the other processes idle for most of its length (the container's alone takes about 3 minutes
 of a 9-minute phase), so the longest go first, as a longest-first schedule does. xdist deals the modules in the
-order given only with ``--no-loadscope-reorder``: by default it sorts them by their number of tests, which put
-the container's few long tests minutes into the phase.
+order given only with ``--no-loadscope-reorder``: by default it sorts them by their number of tests, which put the
+container's few long tests minutes into the phase.
 
 Each phase ends with its wall time and how many of the machine's cores were busy on average (from /proc/stat),
 and the run with the slowest tests of both phases (``--slowest N``, default 10).
@@ -73,12 +73,13 @@ def is_selection(arg: str) -> bool:
     return not arg.startswith("-") and os.path.exists(arg.split("::", 1)[0])
 
 
-def collect(pytest_args: list[str]) -> tuple[int, list[str], str]:
-    """(pytest's status, the node ids, its output) of a collection with these arguments."""
+def collect(pytest_args: list[str], env: dict[str, str] | None = None) -> tuple[int, list[str], str]:
+    """(pytest's status, the node ids, its output) of a collection with these arguments (and ``env`` added)."""
     # One node id per line needs exactly one -q: the caller's verbosity goes to the run only.
     selecting = [arg for arg in pytest_args if not VERBOSITY.fullmatch(arg)]
     collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                                *selecting], capture_output=True, text=True, check=False)
+                                *selecting], capture_output=True, text=True, check=False,
+                               env={**os.environ, **(env or {})})
     nodes = [line for line in collected.stdout.splitlines() if "::" in line and is_selection(line)]
     return collected.returncode, nodes, collected.stdout[-3000:] + collected.stderr[-3000:]
 
@@ -104,32 +105,75 @@ def cores_busy(before: tuple[float, float] | None, after: tuple[float, float] | 
     return f", {cores * (after[0] - before[0]) / (after[1] - before[1]):.1f} of {cores} cores busy"
 
 
-def run_shuffled(pytest_args: list[str], seed: int, bucket: str, extra: list[str], label: str,
-                 first: tuple[str, ...] = ()) -> int:
-    """Collect with ``pytest_args``, shuffle (the modules in ``first`` first), and run in that order with ``extra``
-    options; pytest's status (`NO_TESTS` when nothing was selected)."""
-    began = time.monotonic()
-    status, nodes, output = collect(pytest_args)
-    collected = time.monotonic()
-    if status == NO_TESTS or (status == 0 and not nodes):
+def run_nodes(nodes: list[str], pytest_args: list[str], seed: int, bucket: str, extra: list[str], label: str,
+              first: tuple[str, ...] = ()) -> int:
+    """Shuffle ``nodes`` (the modules in ``first`` first) and run them in that order with the options of
+    ``pytest_args`` and ``extra``; pytest's status (`NO_TESTS` when there is none to run)."""
+    if not nodes:
         print(f"{label}no test selected", flush=True)
         return NO_TESTS
-    if status != 0:
-        print(output, file=sys.stderr)
-        return status
     print(f"{label}shuffled {len(nodes)} tests with --seed {seed} --bucket {bucket} "
           f"(replay: python tests/shuffled.py --seed {seed} --bucket {bucket} ...)", flush=True)
     # The node ids already carry the selection (files, -m, -k); pytest runs them in the order given, with the
     # other options (-x, --durations, ...).
     options = [arg for arg in pytest_args if not is_selection(arg)]
-    cpu = cpu_seconds()
+    began, cpu = time.monotonic(), cpu_seconds()
     status = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *options, *extra,
                              *shuffle(nodes, seed, bucket, first)], check=False).returncode
     # The phase's whole wall time, its interpreters' start and exit included, which pytest's own "in N s" is not:
     # the test command's budget is this.
-    print(f"{label}collected in {collected - began:.0f} s, ran in {time.monotonic() - collected:.0f} s"
-          f"{cores_busy(cpu, cpu_seconds())}", flush=True)
+    print(f"{label}ran in {time.monotonic() - began:.0f} s{cores_busy(cpu, cpu_seconds())}", flush=True)
     return status
+
+
+def collected_or_status(status: int, nodes: list[str], output: str) -> int | None:
+    """None when a collection found tests to run, else the status to end with (its output printed)."""
+    if status == NO_TESTS or (status == 0 and not nodes):
+        print("no test selected", flush=True)
+        return NO_TESTS
+    if status != 0:
+        print(output, file=sys.stderr)
+        return status
+    return None
+
+
+def run_shuffled(pytest_args: list[str], seed: int, bucket: str) -> int:
+    """Collect with ``pytest_args``, shuffle, and run in that order in one process; pytest's status."""
+    began = time.monotonic()
+    status, nodes, output = collect(pytest_args)
+    ended = collected_or_status(status, nodes, output)
+    if ended is not None:
+        return ended
+    print(f"collected {len(nodes)} tests in {time.monotonic() - began:.0f} s", flush=True)
+    return run_nodes(nodes, pytest_args, seed, bucket, [], "")
+
+
+SERIAL_LIST_ENV = "PITFALLS_SERIAL_LIST"  # conftest.py's: a collection writes the node ids marked serial here
+
+
+def run_phases(pytest_args: list[str], seed: int, bucket: str, processes: int) -> int:
+    """Collect once, then run the tests not marked serial across ``processes`` processes and the serial ones alone;
+    the worse of the two phases' statuses."""
+    began = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="pitfalls-collect-") as scratch:
+        listing = Path(scratch) / "serial.json"
+        status, nodes, output = collect(pytest_args, env={SERIAL_LIST_ENV: str(listing)})
+        serial = set(json.loads(listing.read_text())) if listing.is_file() else set()
+    ended = collected_or_status(status, nodes, output)
+    if ended is not None:
+        return ended
+    phases = {"parallel": [node for node in nodes if node not in serial],
+              "serial": [node for node in nodes if node in serial]}
+    print(f"collected {len(nodes)} tests in {time.monotonic() - began:.0f} s: {len(phases['parallel'])} for the "
+          f"parallel phase, {len(phases['serial'])} for the serial one", flush=True)
+    # loadfile keeps a module's tests in one process, in the shuffled order, so a module-scoped fixture is made once;
+    # xdist deals the modules in the order given (the longest first) only when told not to sort them.
+    spread = ["-n", str(processes), "--dist", "loadfile", "--no-loadscope-reorder"]
+    statuses = [run_nodes(phases["parallel"], [*pytest_args, "--phase", "parallel"], seed, bucket, spread,
+                          "[parallel phase] ", LONGEST),
+                run_nodes(phases["serial"], [*pytest_args, "--phase", "serial"], seed, bucket, [], "[serial phase] ")]
+    ran = [status for status in statuses if status != NO_TESTS]
+    return max(ran) if ran else NO_TESTS
 
 
 DURATIONS_ENV = "PITFALLS_DURATIONS_FILE"  # conftest.py's: each phase adds its tests' seconds to this file
@@ -162,21 +206,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="how many of the slowest tests of both phases to print at the end (default 10)")
     args, pytest_args = parser.parse_known_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(2**32)
-    if args.parallel <= 1:
-        return run_shuffled(pytest_args, seed, args.bucket, [], "")
-    # loadfile keeps a module's tests in one process, in the shuffled order, so a module-scoped fixture is made once;
-    # xdist deals the modules in the order given (the longest first) only when told not to sort them.
-    parallel = ["-n", str(args.parallel), "--dist", "loadfile", "--no-loadscope-reorder"]
-    phases: tuple[tuple[str, list[str], tuple[str, ...]], ...] = (("parallel", parallel, LONGEST), ("serial", [], ()))
     with tempfile.TemporaryDirectory(prefix="pitfalls-durations-") as scratch:
         durations = Path(scratch) / "durations.json"
         os.environ[DURATIONS_ENV] = str(durations)
-        statuses = [run_shuffled([*pytest_args, "--phase", phase], seed, args.bucket, extra, f"[{phase} phase] ",
-                                 first) for phase, extra, first in phases]
+        if args.parallel <= 1:
+            status = run_shuffled(pytest_args, seed, args.bucket)
+        else:
+            status = run_phases(pytest_args, seed, args.bucket, args.parallel)
         print_slowest(durations, args.slowest)
-    ran = [status for status in statuses if status != NO_TESTS]
-    return max(ran) if ran else NO_TESTS
-
+    return status
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -10,7 +10,6 @@ import torch
 
 from pitfalls.calibration import figure_checks as shared
 from pitfalls.calibration.marks import instrument_of
-from pitfalls.calibration.run import run_checks
 from pitfalls.calibration.table import COMPILE_SECONDS, CPU, Check, verdict
 from pitfalls.probes.compiled import CompileReport, compile_probe
 
@@ -74,10 +73,8 @@ def test_the_planted_backend_hands_back_the_graph_to_run_eagerly() -> None:
     assert report.backend == "spin_0ms" and report.graphs == 1
 
 
-@pytest.mark.serial
-def test_the_row_reads_the_planted_compile_time() -> None:
-    row = run_checks([compile_row()], CPU)[0]
-    assert row.verdict == "pass", row
+# That the row reads the planted compile time is tests/test_calibrate.py's (every CPU row of the command passes,
+# in one run of the whole table); here, the fault it must catch.
 
 
 def warm_call(report: CompileReport) -> float:

@@ -41,12 +41,8 @@ def test_every_memory_check_is_the_familys_and_names_a_figure_it_publishes() -> 
     assert figure_names <= own
 
 
-@pytest.mark.parametrize("prefix", ["loader: group peak", "loader: copy-on-write", "loader: metadata growth",
-                                    "loader: metadata group USS", "loader: metadata group PSS"])
-def test_each_memory_check_reads_its_planted_answer(prefix: str) -> None:
-    check = check_named(prefix)
-    row = verdict(check, check.measure("cpu"))
-    assert row.verdict == "pass", row
+# That each memory row reads its planted answer is tests/test_calibrate.py's (every CPU row of the command passes,
+# in one run of the whole table); here, the faults each must catch.
 
 
 def test_the_metadata_rows_read_the_figures_the_benchmark_publishes() -> None:

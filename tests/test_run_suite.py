@@ -146,6 +146,8 @@ def test_a_fresh_home_keeps_every_machine_fact_and_joins_the_torch_series(repo, 
     machine_json = {p: p.read_text() for p in (repo / "results").glob("*/machine.json")}
     done = run_script(repo, "run-suite", "-b", SAMPLER_ONE, "--no-publish", home=home)
     assert done.returncode == 0, done.stderr[-5000:]
+    # The gate proved the family it measures (src/pitfalls/runner/gate.py).
+    assert "== equivalence: every variant against naive (of the families -b selects: sampler)" in done.stderr
     # No committed machine.json is rewritten, let alone with fewer facts.
     assert {p: p.read_text() for p in machine_json} == machine_json
     # Nor any committed result (benchmarks.json describes the suite as it is now, so it follows the code).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -90,7 +91,8 @@ def test_each_test_s_cpu_seconds_reach_the_durations_file_from_every_process(tmp
     """))
     (tmp_path / "tests" / "test_sleep.py").write_text("import time\n\ndef test_sleep():\n    time.sleep(1)\n")
     durations = tmp_path / "durations.json"
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "tests"],
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:pitfalls", "-n",
+                           "2", "tests"],
                           cwd=tmp_path, capture_output=True, text=True, check=False,
                           env={**os.environ, "PITFALLS_DURATIONS_FILE": str(durations)})
     assert done.returncode == 0, done.stdout + done.stderr
@@ -126,14 +128,14 @@ def test_the_parallel_phase_deals_the_longest_modules_first(tmp_path: Path):
                     fh.write(json.dumps([os.environ["PYTEST_XDIST_WORKER"], {module!r}, time.time()]) + "\\n")
         """))
     done = subprocess.run([sys.executable, str(Path(shuffled.__file__)), "--seed", "3", "--parallel", "2", "-q",
-                           "tests"], cwd=tmp_path, capture_output=True, text=True, check=False)
+                           "-p", "no:pitfalls", "tests"], cwd=tmp_path, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     ran = sorted((json.loads(line) for line in log.read_text().splitlines()), key=lambda row: row[2])
     first = {}
     for worker, module, _ in ran:
         first.setdefault(worker, module)
     assert sorted(first.values()) == sorted(longest), ran
-    assert "[parallel phase] collected in" in done.stdout
+    assert "[parallel phase] ran in" in done.stdout
 
 
 def test_cores_busy_reads_a_planted_kernel_counter(tmp_path: Path, monkeypatch):
@@ -150,3 +152,34 @@ def test_cores_busy_reads_a_planted_kernel_counter(tmp_path: Path, monkeypatch):
     assert shuffled.cores_busy(before, shuffled.cpu_seconds(stat)) == ", 1.5 of 2 cores busy"
     assert shuffled.cpu_seconds(tmp_path / "none") is None
     assert shuffled.cores_busy(None, before) == ""
+
+
+def test_both_phases_are_dealt_from_one_collection(tmp_path: Path):
+    # The project's own conftest lists the tests marked serial while the runner collects: each phase runs its share
+    # and the run collects once.
+    (tmp_path / "tests").mkdir()
+    for helper in ("conftest.py", "skips.py"):
+        (tmp_path / "tests" / helper).write_text((Path(shuffled.__file__).parent / helper).read_text())
+    log = tmp_path / "ran.txt"
+    (tmp_path / "tests" / "test_mixed.py").write_text(textwrap.dedent(f"""
+        import os
+        import pytest
+        def record(name):
+            with open({str(log)!r}, "a") as fh:
+                fh.write(name + " " + os.environ.get("PYTEST_XDIST_WORKER", "alone") + "\\n")
+        @pytest.mark.parametrize("case", range(3))
+        def test_spread(case):
+            record(f"spread{{case}}")
+        @pytest.mark.serial
+        def test_serial():
+            record("serial")
+    """))
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    serial: alone\n")
+    done = subprocess.run([sys.executable, str(Path(shuffled.__file__)), "--seed", "5", "--parallel", "2",
+                           "-p", "no:pitfalls", "tests"], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "collected 4 tests in" in done.stdout and ": 3 for the parallel phase, 1 for the serial one" in done.stdout
+    # The runner's own collection, once (pytest's "collected 1 item" headers are the runs').
+    assert len(re.findall(r"^collected \d+ tests in", done.stdout, flags=re.MULTILINE)) == 1
+    ran = dict(line.split() for line in log.read_text().splitlines())
+    assert ran["serial"] == "alone" and all(ran[f"spread{i}"].startswith("gw") for i in range(3)), ran

@@ -36,7 +36,7 @@ from slurm_cluster import FINISHED, Cluster, listeners, local_cluster, processes
 UNAVAILABLE = unavailable()
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(UNAVAILABLE is not None, reason=UNAVAILABLE or "")]
 
-# One parameter set of the cheapest benchmark (about 25 s of a task, most of it `pitfalls check`).
+# One parameter set of the cheapest benchmark (a task proves the sampler family alone before it: runner/gate.py).
 ONE = r"bench_sampler\.SyncHazards\.track_sync_hazards\('static', 1000, 1, 'cpu'\)"
 BENCH = "bench_sampler.SyncHazards.track_sync_hazards"
 # A GPU kind each, as a cluster names it: a node feature and a partition.

@@ -28,7 +28,7 @@ def test_not_run_records_the_stand_in_and_reads_nan():
 def test_check_prints_a_stand_in_row_as_not_run_and_still_exits_zero(monkeypatch, capsys):
     rows = [Comparison("f", "own", "cpu", True, 0.0),
             Comparison.not_run("f", "decoded", "cpu", "the device decoder cannot run", stand_in="opencv_decoder")]
-    monkeypatch.setattr(cli, "check_all", lambda devices: rows)
+    monkeypatch.setattr(cli, "check_all", lambda devices, families=None: rows)
     monkeypatch.setattr(cli, "sync_columns", lambda *args: ("0", "n/a"))
     assert cli.main(["check", "--device", "cpu"]) == 0
     out = " ".join(capsys.readouterr().out.split())

@@ -64,7 +64,7 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
         available = ", ".join(available_devices())
         console.print(f"[red]device {', '.join(missing)} is not available here; available: {available}")
         return 2
-    rows = check_all(devices)
+    rows = check_all(devices, tuple(args.family) if args.family else None)
     table = Table(title=f"every variant against its family's naive variant ({', '.join(devices)})")
     columns = ("family", "variant", "device", "matches naive", "max abs diff", "sync hazards", "syncs", "detail")
     for column in columns:
@@ -211,6 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--device", action="append", choices=("cpu", "cuda"), help="device to check on (repeatable; default: all)"
     )
+    check.add_argument("--family", action="append", choices=tuple(all_families()),
+                       help="family to check (repeatable; default: every family)")
     check.set_defaults(run=cmd_check)
     add_probe_parser(commands)
 

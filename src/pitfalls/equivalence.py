@@ -48,11 +48,24 @@ def same_output(family: Family, variant: str, device: torch.device) -> Compariso
     return Comparison(family.name, variant, str(device), True, worst)
 
 
-def check_all(devices: tuple[str, ...]) -> list[Comparison]:
-    """Compare every registered variant of every family with its naive variant on each device."""
+def check_all(devices: tuple[str, ...], families: tuple[str, ...] | None = None) -> list[Comparison]:
+    """Compare every registered variant of every family (or of ``families``) with its naive variant on each device.
+
+    Args:
+        devices: the devices to run on.
+        families: the families to check, by name (None: every registered family).
+
+    Returns:
+        One `Comparison` per variant and device.
+    """
+    registered = all_families()
+    unknown = [name for name in families or () if name not in registered]
+    if unknown:
+        raise ValueError(f"family {unknown[0]!r} is not registered; allowed: {', '.join(registered)}")
     return [
         entry.compare(variant, resolve_device(device))
         for device in devices
-        for entry in all_families().values()
+        for entry in registered.values()
+        if families is None or entry.name in families
         for variant in entry.variants
     ]

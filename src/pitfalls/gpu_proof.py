@@ -47,6 +47,7 @@ from pitfalls.probes import (
     environment_facts,
     wall_time,
 )
+from pitfalls.probes.timing import BLOCKED_SECONDS
 from pitfalls.registry import all_families
 from pitfalls.report.atomic import atomic_write
 from pitfalls.runner.job import INSTALLED_ENV
@@ -62,12 +63,14 @@ class Sizes:
     Attributes:
         article: use each family's ``article_sizes`` for NVML and speedups (else its smoke size).
         nvml_seconds: seconds each case loops while NVML samples.
-        rounds: interleaved rounds of each speedup.
+        rounds: interleaved rounds of each speedup (block pairs at least, for cases with workers or ranks).
+        speedup_seconds: seconds a speedup of cases with workers or ranks keeps timing block pairs past ``rounds``.
     """
 
     article: bool
     nvml_seconds: float
     rounds: int
+    speedup_seconds: float = BLOCKED_SECONDS
 
     def of(self, entry: Family) -> tuple[dict[str, Any], ...]:
         """The sizes to measure a family at."""
@@ -76,7 +79,8 @@ class Sizes:
 
 
 GPU_SIZES = Sizes(article=True, nvml_seconds=3.0, rounds=10)
-DRY_RUN_SIZES = Sizes(article=False, nvml_seconds=0.2, rounds=3)
+# A dry run shows that every section runs and writes its figures: its speedups take their rounds and no more.
+DRY_RUN_SIZES = Sizes(article=False, nvml_seconds=0.2, rounds=3, speedup_seconds=0.0)
 
 
 def _value(figure: Any) -> Any:
@@ -307,7 +311,8 @@ def speedups(device: str, sizes: Sizes) -> list[dict[str, Any]]:
                     if candidate is None:
                         continue
                     with candidate:
-                        result = measure.speedup(naive, candidate, rounds=sizes.rounds, blocks=sizes.rounds, calls=5)
+                        result = measure.speedup(naive, candidate, rounds=sizes.rounds, blocks=sizes.rounds, calls=5,
+                                                 seconds=sizes.speedup_seconds)
                     rows.append({"family": entry.name, "variant": variant, "sizes": params,
                                  "speedup": round(result.ratio, 2),
                                  "naive_ms": round(result.baseline_median_s * 1e3, 3),

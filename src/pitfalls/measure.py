@@ -31,7 +31,7 @@ from pitfalls.probes.compiled import compile_failure_reason, compile_probe
 from pitfalls.probes.nvml import NvmlSampler, NvmlSummary
 from pitfalls.probes.result import Unavailable
 from pitfalls.probes.syncs import count_cuda_syncs, count_hazards
-from pitfalls.probes.timing import Speedup, case_speedup
+from pitfalls.probes.timing import BLOCKED_SECONDS, Speedup, case_speedup
 from pitfalls.units import MIB
 
 __all__ = ["MODES", "NVML_WINDOW_S", "SPEEDUP_BLOCKS", "SPEEDUP_ROUNDS", "WARMUP_CALLS", "CompileFigures",
@@ -105,10 +105,11 @@ def step(c: Case) -> None:
 
 
 def speedup(baseline: Case, candidate: Case, *, rounds: int = SPEEDUP_ROUNDS, blocks: int = SPEEDUP_BLOCKS,
-            calls: int = 1) -> Speedup:
+            calls: int = 1, seconds: float = BLOCKED_SECONDS) -> Speedup:
     """The speedup of ``candidate`` over ``baseline`` by the suite's one routine (`case_speedup`): A B A B in one
-    process, call by call, or by steady-state blocks of ``calls`` calls for cases with workers or ranks."""
-    return case_speedup(baseline, candidate, rounds=rounds, blocks=blocks, calls=calls,
+    process, call by call, or by steady-state blocks of ``calls`` calls (for ``seconds`` at least) for cases with
+    workers or ranks."""
+    return case_speedup(baseline, candidate, rounds=rounds, blocks=blocks, calls=calls, seconds=seconds,
                         sync=lambda: synchronize(candidate.device))
 
 

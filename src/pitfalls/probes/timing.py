@@ -293,6 +293,7 @@ def case_speedup(
     rounds: int = 10,
     blocks: int = 5,
     calls: int = 1,
+    seconds: float = BLOCKED_SECONDS,
     sync: Callable[[], object] = _no_sync,
 ) -> Speedup:
     """Speedup of one case over another by the suite's one routine, for asv and ``pitfalls probe`` alike.
@@ -307,6 +308,8 @@ def case_speedup(
         rounds: interleaved rounds (cases without a block).
         blocks: block pairs at least (cases with a block).
         calls: calls per block.
+        seconds: blocks are timed until this many seconds have passed, past the first ``blocks`` (cases with a
+            block; `blocked_speedup`).
         sync: waits for the device before each clock reading (interleaved rounds).
 
     Returns:
@@ -314,5 +317,5 @@ def case_speedup(
     """
     baseline_block, candidate_block = getattr(baseline, "block", None), getattr(candidate, "block", None)
     if baseline_block is not None and candidate_block is not None:
-        return blocked_speedup(baseline_block, candidate_block, blocks=blocks, calls=calls)
+        return blocked_speedup(baseline_block, candidate_block, blocks=blocks, calls=calls, seconds=seconds)
     return interleaved_speedup(baseline, candidate, rounds=rounds, warmup=1, sync=sync)

@@ -43,6 +43,7 @@ from types import FrameType
 
 from pitfalls.runner import processes, store
 from pitfalls.runner.conf import CONF_NAME, RunnerError, project_paths, write_staged_conf
+from pitfalls.runner.gate import gated_families
 from pitfalls.runner.machine import DIRTY_SUFFIX, MachineRecord, hardware, machine_name, record_machine
 from pitfalls.runner.progress import Durations, Progress, durations_of, newest_durations, time_table
 from pitfalls.runner.staging import Stage, remove_stale
@@ -200,8 +201,12 @@ def _this_run(folder: Path, since: float) -> Durations:
 
 def _measure(options: JobOptions, stage: Stage, paths: dict[str, Path], suffix: str, merged: list[str]) -> int:
     results_dir = paths["results_dir"]
-    log("== equivalence: every variant against naive")
-    status = run_marked([options.python, "-m", "pitfalls.cli", "check"], stage)
+    # A run limited by -b to some families' benchmarks proves those families: what it measures.
+    families = gated_families(options.asv_args, paths["benchmark_dir"])
+    gate = [options.python, "-m", "pitfalls.cli", "check", *(f"--family={name}" for name in families or ())]
+    log("== equivalence: every variant against naive"
+        + (f" (of the families -b selects: {', '.join(families)})" if families else ""))
+    status = run_marked(gate, stage)
     if status != 0:
         log(f"pitfalls check failed (exit {status}): nothing was measured; results/ is unchanged")
         return status
