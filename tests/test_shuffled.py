@@ -175,8 +175,12 @@ def test_both_phases_are_dealt_from_one_collection(tmp_path: Path):
             record("serial")
     """))
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    serial: alone\n")
+    # Run from a test that is itself in an xdist process: the runner's serial phase must not read that process's
+    # PYTEST_XDIST_WORKER as its own.
+    env = {name: value for name, value in os.environ.items() if not name.startswith("PYTEST_")}
     done = subprocess.run([sys.executable, str(Path(shuffled.__file__)), "--seed", "5", "--parallel", "2",
-                           "-p", "no:pitfalls", "tests"], cwd=tmp_path, capture_output=True, text=True, check=False)
+                           "-p", "no:pitfalls", "tests"], cwd=tmp_path, capture_output=True, text=True, check=False,
+                          env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "collected 4 tests in" in done.stdout and ": 3 for the parallel phase, 1 for the serial one" in done.stdout
     # The runner's own collection, once (pytest's "collected 1 item" headers are the runs').
