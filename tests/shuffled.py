@@ -34,6 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 
+# The files the project's conftest writes: the tests marked serial (one collection), each test's seconds.
+from conftest import DURATIONS_ENV, SERIAL_LIST_ENV
+
 VERBOSITY = re.compile(r"-[qv]+|--quiet|--verbose")
 NO_TESTS = 5  # pytest's exit status when nothing was collected
 # The modules that take longest in the parallel phase, measured on the 2-core machine from a fresh clone and HOME
@@ -148,9 +151,6 @@ def run_shuffled(pytest_args: list[str], seed: int, bucket: str) -> int:
     return run_nodes(nodes, pytest_args, seed, bucket, [], "")
 
 
-SERIAL_LIST_ENV = "PITFALLS_SERIAL_LIST"  # conftest.py's: a collection writes the node ids marked serial here
-
-
 def run_phases(pytest_args: list[str], seed: int, bucket: str, processes: int) -> int:
     """Collect once, then run the tests not marked serial across ``processes`` processes and the serial ones alone;
     the worse of the two phases' statuses."""
@@ -174,9 +174,6 @@ def run_phases(pytest_args: list[str], seed: int, bucket: str, processes: int) -
                 run_nodes(phases["serial"], [*pytest_args, "--phase", "serial"], seed, bucket, [], "[serial phase] ")]
     ran = [status for status in statuses if status != NO_TESTS]
     return max(ran) if ran else NO_TESTS
-
-
-DURATIONS_ENV = "PITFALLS_DURATIONS_FILE"  # conftest.py's: each phase adds its tests' seconds to this file
 
 
 def print_slowest(durations: Path, count: int = 10) -> None:
