@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -94,6 +96,39 @@ def test_hadolint_finds_nothing():
 # --- the image built and run for real ------------------------------------------------------------------------
 
 SKIPPED = 77  # scripts/container-smoke: no engine runs and none can be started here
+
+
+def test_a_second_maker_of_the_base_waits_for_the_first_and_uses_its_tarball(tmp_path):
+    """The test command makes the base early (``--base-only``) while the container test may start: one waits for
+    the other (a lock in the cache) and then finds the tarball made, never making a second."""
+    script = (ROOT / "scripts" / "container-smoke").read_text()
+    suite, torch_version = (re.search(rf"^{name}=(?:torch==)?(\S+)$", script, re.MULTILINE)[1]
+                            for name in ("debian_suite", "torch_req"))
+    cache, bin_dir = tmp_path / "cache", tmp_path / "bin"
+    cache.mkdir()
+    bin_dir.mkdir()
+    tarball = cache / f"debian-{suite}-torch-{torch_version}-cpu.tar"
+    # A second maker that did not wait would run this and fail: nothing is downloaded if the lock is broken.
+    (bin_dir / "debootstrap").write_text("#!/bin/sh\necho 'debootstrap ran' >&2\nexit 1\n")
+    (bin_dir / "debootstrap").chmod(0o755)
+    held = tmp_path / "held"
+    first = subprocess.Popen(["flock", str(cache / ".base.lock"), "sh", "-c",
+                              f"touch {held}; sleep 2; echo made-by-the-first > {tarball}"])
+    try:
+        while not held.exists():
+            time.sleep(0.05)
+        began = time.monotonic()
+        second = subprocess.run(["bash", str(ROOT / "scripts" / "container-smoke"), "--base-only"],
+                                capture_output=True, text=True, timeout=120,
+                                env={**os.environ, "PITFALLS_CACHE": str(cache),
+                                     "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
+        waited = time.monotonic() - began
+    finally:
+        first.wait(timeout=30)
+    assert second.returncode == 0, second.stderr
+    assert waited > 1.0 and "debootstrap ran" not in second.stderr, (waited, second.stderr)
+    assert f"base: {tarball} and its wheelhouse ready" in second.stderr
+    assert tarball.read_text() == "made-by-the-first\n"
 
 
 def _run_smoke(out: Path, timeout: float) -> tuple[int, str]:

@@ -13,6 +13,8 @@ import pytest
 import torch
 from torch.utils.data import Dataset, default_collate
 
+from pitfalls.calibration import other_work
+from pitfalls.calibration.one_run import OneRun
 from pitfalls.calibration.table import verdict as judged_row
 from pitfalls.families.loader import ENTRY, FAMILY, epochs, probes, steady, stepcost, timing_checks
 from pitfalls.families.loader import verdict as loader_verdict
@@ -141,11 +143,8 @@ def test_the_wait_share_is_a_calibrated_figure_of_the_family() -> None:
     assert set(WAIT_CHECKS) <= set(FAMILY.calibrations)
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_the_wait_share_reads_its_planted_ratio(workers: int) -> None:
-    check = next(c for c in WAIT_CHECKS if f"W={workers}," in c.name)
-    row = judged_row(check, check.measure("cpu"))
-    assert row.verdict == "pass", row
+# That both rows read their planted ratio is test_calibrate's (every CPU row of `pitfalls calibrate` passes, with the
+# machine to itself); here, the fault each must catch.
 
 
 def test_a_wait_share_that_swaps_the_wait_and_the_step_fails_its_row() -> None:
@@ -162,13 +161,40 @@ def test_a_wait_share_that_swaps_the_wait_and_the_step_fails_its_row() -> None:
 STARVE_CHECKS = [c for c in timing_checks.CHECKS if c.name.startswith("loader starves below")]
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_the_crossover_reads_its_planted_step_cost(workers: int) -> None:
-    check = next(c for c in STARVE_CHECKS if f"W={workers}," in c.name)
-    assert check in FAMILY.calibrations
+def test_the_crossover_is_a_calibrated_figure_of_the_family() -> None:
+    # That both rows read their planted step cost is test_calibrate's, as for the wait share.
+    assert {c.name for c in STARVE_CHECKS} == {"loader starves below: W=0, producer-bound",
+                                              "loader starves below: W=2, producer-bound"}
+    assert set(STARVE_CHECKS) <= set(FAMILY.calibrations)
     assert FAMILY.benchmark_figures["track_starves_below"] == loader_verdict.STARVES_BELOW
-    row = judged_row(check, check.measure("cpu"))
-    assert row.verdict == "pass", row
+
+
+def test_the_samples_per_second_wait_share_and_crossover_rows_read_one_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A producer-bound pair's three rows read one steady run, as a case's samples/s and verdict do; a row read
+    again gets a run of its own."""
+    runs: list[tuple[int, str]] = []
+
+    def planted(workers: int, device: str) -> steady.Steady:
+        runs.append((workers, device))
+        # 10 batches of 4 in 1.5 s, 1.0 s of it waiting: the W=0 pair's planted 26.7 samples/s and share 0.667.
+        return steady_run(10, 1.0, 0.5)
+
+    monkeypatch.setattr(timing_checks, "producer_bound", planted)
+    monkeypatch.setattr(other_work, "WAIT_S", 0.0)  # nothing is timed: no wait for free cores
+    monkeypatch.setattr(timing_checks, "_PRODUCER_BOUND", OneRun(timing_checks._producer_bound_alone))
+    names = ("loader samples/s: W=0, producer-bound", "loader wait share: W=0, producer-bound",
+             "loader starves below: W=0, producer-bound")
+    checks = {c.name: c for c in timing_checks.CHECKS}
+    rate, share, crossover = (judged_row(checks[name], checks[name].measure("cpu")) for name in names)
+    assert runs == [(0, "cpu")]
+    assert rate.measured == pytest.approx(40 / 1.5) and rate.verdict == "pass", rate
+    assert share.measured == pytest.approx(1.0 / 1.5) and share.verdict == "pass", share
+    assert crossover.measured == pytest.approx(judge(steady_run(10, 1.0, 0.5), 0).starves_below_s * 1e3)
+    judged_row(checks[names[0]], checks[names[0]].measure("cpu"))
+    assert runs == [(0, "cpu"), (0, "cpu")]
+    # Every other pair is timed by its own row.
+    consumer = checks["loader samples/s: W=0, consumer-bound"]
+    assert consumer.measure.func is timing_checks._throughput_on and "consumer" in consumer.measure.args
 
 
 def test_a_crossover_read_as_the_workers_pace_without_workers_fails_its_row() -> None:

@@ -80,4 +80,4 @@ def test_scripts_test_runs_pytest_with_the_strict_policy():
     assert "export PITFALLS_STRICT_SKIPS=1" in script
     last = script.rstrip().splitlines()[-1]
     # pytest, through the shuffled runner, in its two phases (tests/shuffled.py).
-    assert last.startswith('exec "${PITFALLS_VENV:-.venv}/bin/python" tests/shuffled.py') and "--parallel" in last
+    assert last.startswith('"${PITFALLS_VENV:-.venv}/bin/python" tests/shuffled.py') and "--parallel" in last

@@ -116,6 +116,12 @@ def throughput(workers: int, side: str, device: str, timing: Timing = probes.sam
         measured = timing(step)
     finally:
         step.close()
+    return rate_reading(workers, side, measured)
+
+
+def rate_reading(workers: int, side: str, measured: float) -> Reading:
+    """The samples/s row's reading of a planted pair (``side``-bound, ``workers`` workers) that read ``measured``."""
+    cost = per_item_ms(workers, side)
     return Reading(planted_rate(workers, cost, STEP_MS), measured,
                    f"W={workers}, {cost:g} ms per item, batch {BATCH}, step {STEP_MS:g} ms")
 
@@ -169,14 +175,20 @@ def planted_starves_below_ms(workers: int, per_item_ms: float, threshold: float 
     return load_ms * (1 - threshold) / threshold if workers == 0 else (1 - threshold) * load_ms / workers
 
 
-def judged(workers: int, device: str, run: Callable[[BatchStep], steady.Steady] = steady.run) -> verdict.Verdict:
-    """The verdict (`verdict.judge`) of a producer-bound planted pair (the producer's batch twice the step, per
-    worker), from ``run``'s steady state: the published figures' routine."""
+def producer_bound(workers: int, device: str, run: Callable[[BatchStep], steady.Steady] = steady.run
+                   ) -> steady.Steady:
+    """``run``'s steady state of a producer-bound planted pair (the producer's batch twice the step, per worker):
+    the run both published figures of a case, its samples/s and its verdict, are read from."""
     step = planted_step(workers, per_item_ms(workers, "producer"), STEP_MS, device)
     try:
-        return verdict.judge(run(step), workers)
+        return run(step)
     finally:
         step.close()
+
+
+def judged(workers: int, device: str, run: Callable[[BatchStep], steady.Steady] = steady.run) -> verdict.Verdict:
+    """The verdict (`verdict.judge`) of `producer_bound`'s run: the published figures' routine."""
+    return verdict.judge(producer_bound(workers, device, run), workers)
 
 
 def alone(measure: Callable[[], Reading], processes: int) -> Reading:
@@ -192,12 +204,16 @@ def noted(reading: Reading, conditions: Conditions) -> Reading:
     return dataclasses.replace(reading, detail=f"{reading.detail}; {conditions.note()}")
 
 
-def _judged_alone(workers: int, device: str) -> tuple[verdict.Verdict, Conditions]:
-    return on_free_cores(partial(judged, workers, device), workers + 1)
+def _producer_bound_alone(workers: int, device: str) -> tuple[steady.Steady, Conditions]:
+    return on_free_cores(partial(producer_bound, workers, device), workers + 1)
 
 
-# The wait share and the crossover of one planted pair come from one run, as the published figures do.
-_JUDGED: OneRun[tuple[verdict.Verdict, Conditions]] = OneRun(_judged_alone)
+# The samples/s, the wait share and the crossover of one producer-bound planted pair come from one steady run, as
+# a case's samples/s and verdict do (`probes.samples_per_second` and `verdict.judge` both read a `steady.run`): a
+# run per row timed the same pair three times (10 s of the table's 165 here).
+_PRODUCER_BOUND: OneRun[tuple[steady.Steady, Conditions]] = OneRun(_producer_bound_alone)
+# The worker counts whose producer-bound pair the three rows read.
+JUDGED_WORKERS = (0, 2)
 
 
 def wait_share(workers: int, device: str, judge: Callable[[int, str], verdict.Verdict]) -> Reading:
@@ -243,28 +259,31 @@ def checks() -> tuple[Check, ...]:
                            partial(_self_on, workers), "the same case reads 1.00; spread measured here"))
     # The loader's own cost per batch (3-5 ms here, see STEP_MS) lands in the wait or the step: the planted shares
     # 0.667 (W=0) and 0.5 (W=2) read +0.2 to +1.3 % and -0.1 to +2.8 % here at load 4-11.
-    for workers in (0, 2):
+    for workers in JUDGED_WORKERS:
         rows.append(_check(f"loader wait share: W={workers}, producer-bound", WAIT_SHARE, "share", 0.10,
                            partial(_wait_on, workers), "the verdict's figure; sleeps, spread measured here"))
     # From the same runs. Without workers the crossover is the wait times (1 - t) / t = 9, so the loader's own few ms
     # per batch count nine times against the planted 100 ms of loading: read 2.1 % high here (1.6 % with W=2).
-    for workers in (0, 2):
+    for workers in JUDGED_WORKERS:
         rows.append(_check(f"loader starves below: W={workers}, producer-bound", STARVES_BELOW, "ms", 0.10,
                            partial(_starves_on, workers), "the verdict's crossover, from the wait share's run"))
     return tuple(rows)
 
 
 def _wait_on(workers: int, device: str) -> Reading:
-    judgement, conditions = _JUDGED.take("wait share", workers, device)
-    return noted(wait_share(workers, device, lambda *_: judgement), conditions)
+    run, conditions = _PRODUCER_BOUND.take("wait share", workers, device)
+    return noted(wait_share(workers, device, lambda *_: verdict.judge(run, workers)), conditions)
 
 
 def _starves_on(workers: int, device: str) -> Reading:
-    judgement, conditions = _JUDGED.take("starves below", workers, device)
-    return noted(starves_below(workers, device, lambda *_: judgement), conditions)
+    run, conditions = _PRODUCER_BOUND.take("starves below", workers, device)
+    return noted(starves_below(workers, device, lambda *_: verdict.judge(run, workers)), conditions)
 
 
 def _throughput_on(workers: int, side: str, device: str) -> Reading:
+    if side == "producer" and workers in JUDGED_WORKERS:
+        run, conditions = _PRODUCER_BOUND.take("samples/s", workers, device)
+        return noted(rate_reading(workers, side, run.samples_per_second), conditions)
     return alone(partial(throughput, workers, side, device), workers + 1)
 
 
@@ -279,6 +298,6 @@ def _self_on(workers: int, device: str) -> Reading:
 CHECKS: tuple[Check, ...] = checks()
 
 __all__ = ["CHECKS", "SleepingItems", "SleepingStep", "alone", "known_speedup", "noted", "planted_rate", "planted_step",
-           "planted_starves_below_ms", "planted_wait_share", "self_speedup", "starves_below", "throughput", "judged",
-           "wait_share"]
+           "planted_starves_below_ms", "planted_wait_share", "producer_bound", "rate_reading", "self_speedup",
+           "starves_below", "throughput", "judged", "wait_share"]
 
