@@ -65,12 +65,14 @@ class Sizes:
         nvml_seconds: seconds each case loops while NVML samples.
         rounds: interleaved rounds of each speedup (block pairs at least, for cases with workers or ranks).
         speedup_seconds: seconds a speedup of cases with workers or ranks keeps timing block pairs past ``rounds``.
+        host_seconds: seconds the host timer times each case against its CUDA events (at least).
     """
 
     article: bool
     nvml_seconds: float
     rounds: int
     speedup_seconds: float = BLOCKED_SECONDS
+    host_seconds: float = 0.5
 
     def of(self, entry: Family) -> tuple[dict[str, Any], ...]:
         """The sizes to measure a family at."""
@@ -79,8 +81,9 @@ class Sizes:
 
 
 GPU_SIZES = Sizes(article=True, nvml_seconds=3.0, rounds=10)
-# A dry run shows that every section runs and writes its figures: its speedups take their rounds and no more.
-DRY_RUN_SIZES = Sizes(article=False, nvml_seconds=0.2, rounds=3, speedup_seconds=0.0)
+# A dry run shows that every section runs and writes its figures: its speedups take their rounds and no more, and
+# its host times (no CUDA events to hold them against) a few calls.
+DRY_RUN_SIZES = Sizes(article=False, nvml_seconds=0.2, rounds=3, speedup_seconds=0.0, host_seconds=0.05)
 
 
 def _value(figure: Any) -> Any:
@@ -269,7 +272,7 @@ def nvml_while_looping(device: str, sizes: Sizes) -> list[dict[str, Any]]:
     return rows
 
 
-def event_against_host_time(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
+def event_against_host_time(device: str, sizes: Sizes) -> list[dict[str, Any]]:
     """CUDA-event time and host wall time of the same calls, for each family's naive variant and its floor:
     they agree when the host timer synchronizes."""
     rows = section_rows()
@@ -284,7 +287,7 @@ def event_against_host_time(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
                 synchronize(case.device)
 
             with case:
-                host = wall_time(call, warmup=2, min_run_time=0.5).median_s * 1e3
+                host = wall_time(call, warmup=2, min_run_time=sizes.host_seconds).median_s * 1e3
                 events = cuda_event_time(case, calls=20, warmup=2)
             event_ms: float | Unavailable = events if isinstance(events, Unavailable) else events.median_ms
             ratio: float | Unavailable = (event_ms if isinstance(event_ms, Unavailable) else host / event_ms
