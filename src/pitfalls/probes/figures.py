@@ -11,10 +11,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
-from rich.table import Table
 
 from pitfalls._checks import check_callable
 from pitfalls.devices import synchronize
@@ -27,6 +26,9 @@ from pitfalls.probes.syncs import count_cuda_syncs, count_hazards
 from pitfalls.probes.timing import CudaEventTiming, case_speedup, cuda_event_time, wall_time
 from pitfalls.probes.trace import export_trace
 from pitfalls.units import MIB
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 __all__ = ["CaseLike", "ProbeFigure", "probe_case", "render"]
 
@@ -279,6 +281,10 @@ def render(figures: list[ProbeFigure], *, title: str | None = None) -> Table:
     Returns:
         A `rich.table.Table` with columns figure, value, unit, note.
     """
+    # Here, not at the top: the probes run in processes that print no table (ranks, benchmarks), and rich's table
+    # costs each of them a tenth of a second to import.
+    from rich.table import Table
+
     table = Table(title=title)
     table.add_column("figure")
     table.add_column("value", justify="right")
