@@ -12,7 +12,7 @@ With ``--parallel N`` the tests are collected once, then run in two phases: the 
 processes (pytest-xdist, one module per process at a time), then the ``serial`` ones (timing and memory figures read
 against planted values) with the machine to themselves. In the parallel phase the modules of `LONGEST` are dealt
 first (in a shuffled order among themselves, their tests shuffled as any module's), then the others: a long module
-dealt last would leave the other processes idle for most of its length (the container's alone takes about 3 minutes
+dealt last would leave the other processes idle for most of its length (the main job's scripts take about 2 minutes
 of a 9-minute phase), so the longest go first, as a longest-first schedule does. xdist deals the modules in the
 order given only with ``--no-loadscope-reorder``: by default it sorts them by their number of tests, which put the
 container's few long tests minutes into the phase.
@@ -40,10 +40,11 @@ from conftest import DURATIONS_ENV, SERIAL_LIST_ENV
 VERBOSITY = re.compile(r"-[qv]+|--quiet|--verbose")
 NO_TESTS = 5  # pytest's exit status when nothing was collected
 # The modules that take longest in the parallel phase, measured on the 2-core machine from a fresh clone and HOME
-# (seconds of their tests in that phase, 2 processes): the image built and run (190), the main job's scripts (99),
-# the rank groups (90), the GPU proof's dry run (80), the Slurm fleet (79), scan-loader (65), the asv suite (56),
-# the loader (54), the merged fleet of two real runs (43), the installed wheel (40). Every other module takes at
-# most 31 s, so none dealt last keeps a process busy long after the others are done.
+# (seconds of their tests in that phase, 2 processes): the main job's scripts (114), the asv suite (108), the rank
+# groups (98), the image built and run (90, its Debian base made beside the set-up), scan-loader (66), the GPU
+# proof's dry run (60), the loader (56), the Slurm fleet (49), the installed wheel (39), the merged fleet of two real
+# runs (36). Every other module takes at most 27 s, so none dealt last keeps a process busy long after the others
+# are done.
 LONGEST = ("tests/test_container.py", "tests/test_run_suite.py", "tests/test_parallel.py", "tests/test_gpu_proof.py",
            "tests/test_slurm_fleet.py", "tests/test_scan_loader.py", "tests/test_asv_suite.py",
            "tests/test_loader.py", "tests/test_merge.py", "tests/test_wheel.py")
