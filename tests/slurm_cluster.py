@@ -18,6 +18,7 @@ import secrets
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, closing, contextmanager
@@ -144,8 +145,12 @@ def fields(line: str) -> dict[str, str]:
     return out
 
 
-def slurm_conf(cluster: Cluster, munge_socket: Path) -> str:
-    """The cluster's slurm.conf: one node on loopback, every file in the cluster's folder."""
+MUNGE_SOCKET = "munge.socket"
+
+
+def slurm_conf(cluster: Cluster, short: Path) -> str:
+    """The cluster's slurm.conf: one node on loopback, every file in the cluster's folder (its sockets reached
+    through ``short``, a short link to it)."""
     folder, host, address, ports = cluster.folder, cluster.host, cluster.address, cluster.ports
     lines = [
         "ClusterName=pitfalls-test",
@@ -156,11 +161,11 @@ def slurm_conf(cluster: Cluster, munge_socket: Path) -> str:
         "CommunicationParameters=NoCtldInAddrAny,NoInAddrAny",
         "AuthType=auth/munge",
         "CryptoType=crypto/munge",
-        f"AuthInfo=socket={munge_socket}",
+        f"AuthInfo=socket={short / MUNGE_SOCKET}",
         "SlurmUser=root",
         "SlurmdUser=root",
         f"StateSaveLocation={folder / 'state'}",
-        f"SlurmdSpoolDir={folder / 'spool'}",
+        f"SlurmdSpoolDir={short / 'spool'}",
         f"SlurmctldPidFile={cluster.pid_file('slurmctld')}",
         f"SlurmdPidFile={cluster.pid_file('slurmd')}",
         f"SlurmctldLogFile={folder / 'slurmctld.log'}",
@@ -281,7 +286,6 @@ def local_cluster(folder: Path, partitions: tuple[str, ...] = ("kind-a", "kind-b
     host = socket.gethostname()
     address = bind_address(host)
     ports = (free_port(address), free_port(address))
-    munge_socket = folder / "munge.socket"
     conf = folder / "slurm.conf"
     key = folder / "munge.key"
     key.write_bytes(secrets.token_bytes(1024))
@@ -289,8 +293,16 @@ def local_cluster(folder: Path, partitions: tuple[str, ...] = ("kind-a", "kind-b
     env = {**os.environ, "SLURM_CONF": str(conf), MARKER: folder.name + "-" + secrets.token_hex(8)}
     cluster = Cluster(folder=folder, conf=conf, host=host, address=address, ports=ports, partitions=partitions,
                       features=features, env=env)
-    conf.write_text(slurm_conf(cluster, munge_socket))
     with ExitStack() as stack:
+        # A Unix socket's path holds at most 107 bytes, and slurmd names its job steps' sockets
+        # <SlurmdSpoolDir>/<host>_<job>.<step>: under a long TMPDIR (/tmp/ci.XXXX/tmp/pytest-of-root/...) they did not
+        # fit and every job stayed PENDING. The daemons reach the folder's sockets through a short link instead.
+        links = Path(tempfile.mkdtemp(prefix="slurm-", dir="/tmp"))
+        stack.callback(shutil.rmtree, links, ignore_errors=True)  # the link, not what it points to
+        short = links / "c"
+        short.symlink_to(folder)
+        munge_socket = short / MUNGE_SOCKET
+        conf.write_text(slurm_conf(cluster, short))
         stack.callback(shutil.rmtree, folder, ignore_errors=True)
         stack.callback(shut_down, cluster)
         start(["munged", "--foreground", f"--key-file={key}", f"--socket={munge_socket}",
