@@ -26,12 +26,11 @@ from asv_runner.benchmarks.mark import SkipNotImplemented
 from pitfalls import measure, registry
 from pitfalls.devices import cuda_available
 from pitfalls.family import COMPILE, Case, SkipCase
+from pitfalls.grids import chosen_grid
 from pitfalls.probes import Unavailable
 
 T = TypeVar("T")
 
-GRID_ENV = "PITFALLS_GRID"
-ROUNDS_ENV = "PITFALLS_ROUNDS"
 DEVICES = ("cpu", "cuda")
 NVML_WINDOW_S = measure.NVML_WINDOW_S
 
@@ -60,16 +59,8 @@ def grid(environ: Mapping[str, str] | None = None) -> Grid:
     """The grid ``PITFALLS_GRID`` selects ("quick" when unset); ``PITFALLS_ROUNDS`` overrides its asv ``rounds``
     (scripts/compare sets 2, so that asv interleaves two commits' rounds and machine drift cannot pass for a
     change)."""
-    environ = os.environ if environ is None else environ
-    name = environ.get(GRID_ENV, "quick")
-    if name not in GRIDS:
-        raise ValueError(f"{GRID_ENV}={name!r} is not a grid; allowed: {', '.join(GRIDS)}")
-    rounds = environ.get(ROUNDS_ENV)
-    if rounds is None:
-        return GRIDS[name]
-    if not rounds.isdigit() or int(rounds) < 1:
-        raise ValueError(f"{ROUNDS_ENV}={rounds!r} is not a number of rounds; allowed: an integer >= 1")
-    return dataclasses.replace(GRIDS[name], rounds=int(rounds))
+    name, rounds = chosen_grid(os.environ if environ is None else environ)
+    return GRIDS[name] if rounds is None else dataclasses.replace(GRIDS[name], rounds=rounds)
 
 
 GRID = grid()

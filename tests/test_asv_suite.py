@@ -21,6 +21,7 @@ from suite import import_suite_module
 
 from pitfalls import measure, registry
 from pitfalls.cases import SkipCase
+from pitfalls.grids import DEFAULT_GRID, GRID_NAMES
 from pitfalls.probes import Unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -234,6 +235,13 @@ def test_rounds_can_be_raised_for_interleaved_comparisons():
 def test_an_unknown_grid_is_refused_naming_the_variable_and_the_choices():
     with pytest.raises(ValueError, match=r"PITFALLS_GRID='huge'.*quick, full"):
         common.grid({"PITFALLS_GRID": "huge"})
+
+
+def test_the_suites_grids_are_the_ones_the_runner_allows():
+    # The main job refuses a grid by these names before asv imports the suite (pitfalls.grids).
+    assert tuple(common.GRIDS) == GRID_NAMES and DEFAULT_GRID in GRID_NAMES
+    for entry in registry.all_families().values():
+        assert set(entry.grids) == set(GRID_NAMES), entry.name
 
 
 def test_a_case_that_cannot_run_becomes_a_skip_with_its_reason():

@@ -90,6 +90,21 @@ def test_a_broken_configuration_is_named_before_the_check_runs(repo, home):
     assert tree_digest(repo / "results") == before
 
 
+def test_a_grid_or_rounds_not_allowed_is_named_before_anything_runs(repo, home):
+    before = tree_digest(repo / "results")
+    for variable, value, allowed in (("PITFALLS_GRID", "bogus", "allowed: quick, full"),
+                                     ("PITFALLS_ROUNDS", "0", "allowed: an integer >= 1")):
+        done = run_script(repo, "run-suite", "-b", SAMPLER_ONE, home=home, timeout=300, **{variable: value})
+        line = one_line_error(done)
+        assert f"{variable}={value!r}" in line and allowed in line and "nothing was measured" in line, line
+        assert "equivalence" not in done.stderr
+    # The regression gate reads the same two variables before its asv run.
+    done = run_script(repo, "compare", "HEAD", home=home, timeout=300, PITFALLS_GRID="huge")
+    assert "PITFALLS_GRID='huge' is not a grid; allowed: quick, full" in one_line_error(done)
+    assert not (repo / ".asv" / "compare").exists()
+    assert tree_digest(repo / "results") == before
+
+
 @contextlib.contextmanager
 def read_only(folder: Path) -> Iterator[None]:
     """Make ``folder`` read-only for real: a read-only bind mount as root (root ignores file modes), else chmod."""

@@ -26,7 +26,7 @@ from typing import Any
 
 from pitfalls.runner.conf import CONF_NAME, RunnerError, project_paths, write_staged_conf
 from pitfalls.runner.history import select
-from pitfalls.runner.job import in_stage, log, prepare_machine, report_errors, run_marked, split_at_dashes
+from pitfalls.runner.job import checked_grid, in_stage, log, prepare_machine, report_errors, run_marked, split_at_dashes
 from pitfalls.runner.staging import Stage
 from pitfalls.runner.worktree import commit_of
 from pitfalls_asv_main import command as asv_command
@@ -122,6 +122,7 @@ def _compare(root: Path, base: str, candidate: str, extra: Sequence[str]) -> int
                           "e.g. 1.2 for 20 %") from error
     os.environ.setdefault("PITFALLS_GRID", "quick")
     os.environ.setdefault("PITFALLS_ROUNDS", "2")
+    checked_grid()
     return in_stage(root, lambda stage: _gate(root, stage, base, candidate, extra, factor))
 
 

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
+from pitfalls.grids import chosen_grid
 from pitfalls.runner import processes, store
 from pitfalls.runner.conf import CONF_NAME, RunnerError, project_paths, write_staged_conf
 from pitfalls.runner.gate import gated_families
@@ -211,7 +212,7 @@ def _measure(options: JobOptions, stage: Stage, paths: dict[str, Path], suffix: 
         log(f"pitfalls check failed (exit {status}): nothing was measured; results/ is unchanged")
         return status
     record = prepare_machine(results_dir, options.python, suffix=suffix)
-    grid = os.environ.get("PITFALLS_GRID", "quick")
+    grid = checked_grid()
     facts = ", ".join(f"{key} {value}" for key, value in sorted(record.facts.items()) if key != "machine")
     log(f"== machine {record.name} ({facts})")
     _copy_results(results_dir, stage.results)
@@ -282,13 +283,28 @@ def in_stage(root: Path, body: Callable[[Stage], int], interrupted_note: Callabl
             del os.environ[processes.MARKER]
 
 
+def checked_grid() -> str:
+    """The grid this run's environment names.
+
+    Raises:
+        RunnerError: ``PITFALLS_GRID`` or ``PITFALLS_ROUNDS`` holds a value that is not allowed.
+    """
+    try:
+        name, _ = chosen_grid(os.environ)
+    except ValueError as error:
+        raise RunnerError(f"{error}; nothing was measured") from error
+    return name
+
+
 def run_job(options: JobOptions) -> int:
     """Run the main job (or a history run); returns the exit status.
 
     Raises:
-        RunnerError: a problem found before anything was measured (broken configuration, results/ or html/ not
-            writable, a dirty working tree, a merge that could not be written).
+        RunnerError: a problem found before anything was measured (a grid or rounds not allowed, broken
+            configuration, results/ or html/ not writable, a dirty working tree, a merge that could not be written).
     """
+    # Before asv: its import of the suite would fail on a bad grid with a traceback.
+    checked_grid()
     paths = project_paths(options.root / CONF_NAME)
     store.check_writable(paths["results_dir"], *([paths["html_dir"]] if options.publish else []))
     suffix = "" if options.history else _check_dirty(options, [paths["results_dir"], paths["html_dir"]])
