@@ -24,6 +24,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from pitfalls.grids import DEFAULT_GRID, GRID_ENV, ROUNDS_ENV
 from pitfalls.runner.conf import CONF_NAME, RunnerError, project_paths, write_staged_conf
 from pitfalls.runner.history import select
 from pitfalls.runner.job import checked_grid, in_stage, log, prepare_machine, report_errors, run_marked, split_at_dashes
@@ -120,8 +121,8 @@ def _compare(root: Path, base: str, candidate: str, extra: Sequence[str]) -> int
     except ValueError as error:
         raise RunnerError(f"PITFALLS_COMPARE_FACTOR={os.environ['PITFALLS_COMPARE_FACTOR']!r} is not a number, "
                           "e.g. 1.2 for 20 %") from error
-    os.environ.setdefault("PITFALLS_GRID", "quick")
-    os.environ.setdefault("PITFALLS_ROUNDS", "2")
+    os.environ.setdefault(GRID_ENV, DEFAULT_GRID)
+    os.environ.setdefault(ROUNDS_ENV, "2")
     checked_grid()
     return in_stage(root, lambda stage: _gate(root, stage, base, candidate, extra, factor))
 

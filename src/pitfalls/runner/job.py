@@ -200,7 +200,8 @@ def _this_run(folder: Path, since: float) -> Durations:
     return durations_of(max(written, key=lambda p: p.stat().st_mtime)) if written else Durations()
 
 
-def _measure(options: JobOptions, stage: Stage, paths: dict[str, Path], suffix: str, merged: list[str]) -> int:
+def _measure(options: JobOptions, stage: Stage, paths: dict[str, Path], suffix: str, grid: str,
+             merged: list[str]) -> int:
     results_dir = paths["results_dir"]
     # A run limited by -b to some families' benchmarks proves those families: what it measures.
     families = gated_families(options.asv_args, paths["benchmark_dir"])
@@ -212,7 +213,6 @@ def _measure(options: JobOptions, stage: Stage, paths: dict[str, Path], suffix: 
         log(f"pitfalls check failed (exit {status}): nothing was measured; results/ is unchanged")
         return status
     record = prepare_machine(results_dir, options.python, suffix=suffix)
-    grid = checked_grid()
     facts = ", ".join(f"{key} {value}" for key, value in sorted(record.facts.items()) if key != "machine")
     log(f"== machine {record.name} ({facts})")
     _copy_results(results_dir, stage.results)
@@ -304,14 +304,14 @@ def run_job(options: JobOptions) -> int:
             configuration, results/ or html/ not writable, a dirty working tree, a merge that could not be written).
     """
     # Before asv: its import of the suite would fail on a bad grid with a traceback.
-    checked_grid()
+    grid = checked_grid()
     paths = project_paths(options.root / CONF_NAME)
     store.check_writable(paths["results_dir"], *([paths["html_dir"]] if options.publish else []))
     suffix = "" if options.history else _check_dirty(options, [paths["results_dir"], paths["html_dir"]])
     merged: list[str] = []
     return in_stage(
         options.root,
-        lambda stage: _measure(options, stage, paths, suffix, merged),
+        lambda stage: _measure(options, stage, paths, suffix, grid, merged),
         lambda: "; the results were merged before it" if merged else "; results/ is unchanged",
     )
 
