@@ -278,6 +278,7 @@ def test_a_mode_outside_the_axis_is_refused():
         measure.compiled("jit")
 
 
+@pytest.mark.cuda_build
 def test_discovering_the_suite_never_touches_cuda():
     # asv's forkserver imports the suite once and forks every benchmark from it: a CUDA query at import time
     # (even is_available) would leave every child with a CUDA state it cannot use. Discover the suite as the

@@ -46,6 +46,21 @@ def test_calibrate_cpu_passes_with_every_row() -> None:
     assert done.returncode == 0
 
 
+@pytest.mark.cuda_build
+def test_the_doctors_rows_pass_through_the_command() -> None:
+    # The doctor's rows alone (one planted run read by all of them), for the CUDA-build leg, where the whole table
+    # would take minutes more; the whole table's run above holds them too.
+    from pitfalls.calibration.doctor import doctor_checks
+
+    names = [check.name for check in doctor_checks()]
+    done = subprocess.run([str(PITFALLS), "calibrate", "--device", "cpu", "--json",
+                           *(arg for name in names for arg in ("--only", name))],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = json.loads(done.stdout)
+    assert [row["check"] for row in rows] == names and all(row["verdict"] == "pass" for row in rows), rows
+
+
 def _leftover(processes: int, seconds: float) -> list[subprocess.Popen[bytes]]:
     """Processes left over from earlier work: each keeps a core busy for ``seconds`` more, then exits."""
     spin = f"import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass"

@@ -18,6 +18,8 @@ from pitfalls.gpu_run.run import RunOptions, run
 
 ROOT = Path(__file__).resolve().parents[1]
 
+pytestmark = pytest.mark.cuda_build  # also in the test command's CUDA-build leg
+
 
 class FakeClock:
     def __init__(self) -> None:
@@ -181,3 +183,72 @@ def test_the_pieces_are_in_their_priority_order_and_every_one_has_both_guesses()
     assert all(set(piece.guess_s) == {"cuda", "cpu"} for piece in catalogue.PIECES)
     first = [p.name for p in catalogue.PIECES if p.group == 1]
     assert first[:2] == ["asv bench_loss.Cuda", "asv bench_loss.Nvml"] and first[-1] == "asv bench_sampler.Compile"
+
+
+def _archive_with(path: Path, member: tarfile.TarInfo, data: bytes = b"") -> Path:
+    import io
+
+    with tarfile.open(path, "w:gz") as tar:
+        good = tarfile.TarInfo("gpu-run/report.md")
+        good.size = 2
+        tar.addfile(good, io.BytesIO(b"ok"))
+        member.size = len(data) if member.isfile() else 0
+        tar.addfile(member, io.BytesIO(data) if member.isfile() else None)
+    return path
+
+
+def _link(name: str, target: str, kind: bytes = tarfile.SYMTYPE) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, target
+    return info
+
+
+def _device(name: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.CHRTYPE
+    return info
+
+
+# The archive's members must all sit under gpu-run/ to be read at all; these do, and still reach out of it.
+@pytest.mark.parametrize(("member", "said"), [
+    (tarfile.TarInfo("gpu-run/../../escaped.txt"), "would be written outside"),
+    (_link("gpu-run/out", "../../escaped.txt"), "links to '../../escaped.txt'"),
+    (_link("gpu-run/abs", "/etc/passwd"), "links to '/etc/passwd'"),
+    (_link("gpu-run/hard", "../escaped.txt", tarfile.LNKTYPE), "links to '../escaped.txt'"),
+    (_device("gpu-run/dev"), "neither a file, a folder nor a link"),
+], ids=["dotdot", "symlink-out", "absolute-link", "hardlink-out", "device"])
+@pytest.mark.parametrize("tar_filter", ["own", "without-tarfile's-data-filter"])
+def test_an_archive_that_reaches_out_of_its_folder_is_refused_before_any_file_is_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, member: tarfile.TarInfo, said: str, tar_filter: str) -> None:
+    from pitfalls.gpu_run.archive import unpack
+
+    if tar_filter != "own":
+        # The Pythons before 3.11.4 and 3.10.12 have no tarfile.data_filter: the suite's own check stands alone.
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    archive = _archive_with(tmp_path / "evil.tar.gz", member, b"x")
+    into = tmp_path / "deep" / "into"
+    into.mkdir(parents=True)
+    with pytest.raises(ValueError, match="is not a gpu-run archive") as raised:
+        unpack(archive, into)
+    assert said in str(raised.value) and "\n" not in str(raised.value)
+    assert list(into.iterdir()) == [] and not (tmp_path / "escaped.txt").exists()
+    assert not (tmp_path / "deep" / "escaped.txt").exists()
+
+
+def test_without_tarfiles_data_filter_a_run_unpacks_with_its_links_inside_and_its_owner_dropped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pitfalls.gpu_run.archive import unpack
+
+    monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    member = tarfile.TarInfo("gpu-run/results/m/r.json")
+    member.mode, member.uid, member.uname = 0o6777, 4242, "stranger"
+    archive = _archive_with(tmp_path / "run.tar.gz", member, b"{}")
+    with tarfile.open(archive) as tar:
+        assert {m.name for m in tar.getmembers()} == {"gpu-run/report.md", "gpu-run/results/m/r.json"}
+    run = unpack(archive, tmp_path)
+    written = run / "results" / "m" / "r.json"
+    assert written.read_bytes() == b"{}" and (run / "report.md").read_bytes() == b"ok"
+    assert written.stat().st_mode & 0o7777 == 0o755
+    linked = _archive_with(tmp_path / "linked.tar.gz", _link("gpu-run/latest", "report.md"))
+    (tmp_path / "second").mkdir()
+    assert (unpack(linked, tmp_path / "second") / "latest").read_bytes() == b"ok"

@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # of two groups, in half a minute (by the costs recorded for cpu).
 BUDGET = 30
 
-pytestmark = pytest.mark.serial  # its asv slices time cases: the machine to itself, as the main job has it
+# Its asv slices time cases: the machine to itself, as the main job has it. It runs again in the CUDA-build leg.
+pytestmark = [pytest.mark.serial, pytest.mark.cuda_build]
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import pytest
 import torch
 from fakes import FakeClock, FakeNVML, NVMLError_LibraryNotFound
 from rich.console import Console
-from torch.utils.benchmark import Timer
 
 from pitfalls.probes import figures as report
 from pitfalls.probes import timing
@@ -86,7 +85,7 @@ def test_a_case_with_workers_or_ranks_is_timed_and_compared_by_its_own_blocks() 
 def test_an_eager_cpu_case_gets_every_figure_and_reasons_for_the_gpu_ones(monkeypatch) -> None:
     # Both timing probes read one fake clock; a naive call costs it 3 units, a static call 1 (powers of two).
     clock, unit = FakeClock(), 2.0**-10
-    monkeypatch.setattr(timing, "Timer", functools.partial(Timer, timer=clock))
+    monkeypatch.setattr(report, "wall_time", functools.partial(timing.wall_time, clock=clock))
     monkeypatch.setattr(timing, "interleaved_speedup", functools.partial(timing.interleaved_speedup, clock=clock))
 
     def naive() -> torch.Tensor:

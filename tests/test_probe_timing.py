@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 import torch
 from fakes import FakeClock, FakeCuda
-from torch.utils.benchmark import Timer
 
-from pitfalls.probes import timing
 from pitfalls.probes._cuda import cuda_unavailable_reason
 from pitfalls.probes.result import Unavailable
 from pitfalls.probes.timing import (
@@ -118,7 +114,7 @@ def test_cuda_event_time_without_cuda_is_unavailable_with_the_reason() -> None:
 
 
 @pytest.mark.parametrize("per_call_s", [2.0**-10, 2.0**-7])
-def test_wall_time_reports_the_time_per_call_its_clock_measured(monkeypatch, per_call_s) -> None:
+def test_wall_time_reports_the_time_per_call_its_clock_measured(per_call_s) -> None:
     clock, calls = FakeClock(), []
 
     def call() -> None:
@@ -126,9 +122,8 @@ def test_wall_time_reports_the_time_per_call_its_clock_measured(monkeypatch, per
         clock.advance(per_call_s)
 
     # torch's own Timer, reading the fake clock: each call costs exactly per_call_s (powers of two stay exact).
-    monkeypatch.setattr(timing, "Timer", functools.partial(Timer, timer=clock))
     min_run_time = 2.0**-5
-    result = wall_time(call, warmup=3, min_run_time=min_run_time)
+    result = wall_time(call, warmup=3, min_run_time=min_run_time, clock=clock)
     assert isinstance(result, WallTiming)
     assert result.median_s == per_call_s
     assert result.iqr_s == 0.0  # every block took the same time

@@ -81,6 +81,7 @@ def test_a_non_callable_is_rejected(tmp_path) -> None:
         export_trace("torch.nonzero", tmp_path / "t.json")  # type: ignore[arg-type]
 
 
+@pytest.mark.cuda_build
 def test_the_profilers_own_log_lines_are_held_back_and_everything_else_passes(tmp_path):
     # Kineto prints "USDT: ... profiler_start" from C++ straight to file descriptor 2 on every trace.
     script = (
@@ -96,6 +97,7 @@ def test_the_profilers_own_log_lines_are_held_back_and_everything_else_passes(tm
     assert done.stderr.splitlines() == ["a warning the user must see", "from C++, also kept", "after"]
 
 
+@pytest.mark.cuda_build
 def test_a_real_trace_prints_no_profiler_log_lines(tmp_path):
     script = (
         "import torch\n"

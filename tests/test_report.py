@@ -834,6 +834,7 @@ def test_a_truncated_newest_file_is_named_and_the_older_commit_shown_in_its_plac
     ]
 
 
+@pytest.mark.cuda_build
 @uses_asv_run
 def test_the_command_line_reports_damaged_results_with_one_warning_line_each_and_no_traceback(project, tmp_path):
     copy = damaged_copy(project, tmp_path)

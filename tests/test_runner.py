@@ -318,6 +318,7 @@ def test_suites_that_differ_are_refused_with_the_benchmark_named(tmp_path):
         merge_folders([tmp_path], out)
 
 
+@pytest.mark.cuda_build
 def test_merge_command_refuses_a_conflict_in_one_line_with_exit_2(tmp_path):
     one = staged_folder(tmp_path / "one", (HAZARDS, [5, 0]))
     two = staged_folder(tmp_path / "two", (SAMPLER, [2, 0]), machine_name="other")

@@ -224,6 +224,7 @@ def test_raising_code_shows_its_own_traceback_marked_as_scanned(capsys, user_fil
     assert "targets.py" not in traceback_text and "scan.py" not in traceback_text
 
 
+@pytest.mark.cuda_build
 def test_the_real_command_line_in_a_subprocess(user_file):
     command = [sys.executable, "-m", "pitfalls.cli", "scan"]
     env = {**os.environ, "PYTHONPATH": str(user_file.parent)}

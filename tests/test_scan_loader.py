@@ -365,6 +365,7 @@ def _signal_state(pid: int) -> str:
         return " ".join(" ".join(line.split()) for line in status if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
 
 
+@pytest.mark.cuda_build
 def test_ctrl_c_ends_the_scan_with_one_line_and_every_worker_gone():
     # 1 s a batch: the timed setting whose worker the test waits for lasts over 10 s, so that the Ctrl-C lands in
     # the scan even when a loaded machine delays this process after it saw the worker (at 25 ms an item the scan
@@ -389,6 +390,7 @@ def test_ctrl_c_ends_the_scan_with_one_line_and_every_worker_gone():
     assert not [pid for pid in workers if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
 
 
+@pytest.mark.cuda_build
 def test_ctrl_c_that_lands_in_a_finalizer_still_ends_the_scan(tmp_path: Path) -> None:
     # Python raises KeyboardInterrupt at the main thread's next bytecode, which may be in a __del__: there it is
     # printed as "Exception ignored" and lost, and the scan went on to exit 0 (one CI run read exit 0 here).

@@ -78,6 +78,9 @@ def test_the_allow_list_holds_hardware_and_opt_in_reasons_only(reason, why):
 def test_scripts_test_runs_pytest_with_the_strict_policy():
     script = (HERE.parent / "scripts" / "test").read_text()
     assert "export PITFALLS_STRICT_SKIPS=1" in script
-    last = script.rstrip().splitlines()[-1]
-    # pytest, through the shuffled runner, in its two phases (tests/shuffled.py).
-    assert last.startswith('"${PITFALLS_VENV:-.venv}/bin/python" tests/shuffled.py') and "--parallel" in last
+    # pytest, through the shuffled runner, in its two phases (tests/shuffled.py), in the test venv and again in the
+    # CUDA-build leg's; the worse status is the command's.
+    runs = [line.strip() for line in script.splitlines() if "tests/shuffled.py" in line and "--parallel" in line]
+    assert [run.split()[0] for run in runs] == ['"${PITFALLS_VENV:-.venv}/bin/python"', '"$leg_venv/bin/python"']
+    assert "-m cuda_build" in script.split(runs[1], 1)[1].split("\n")[1]
+    assert script.rstrip().splitlines()[-1] == 'exit "$status"'

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import statistics
 import time
+import timeit
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils.benchmark import Timer
 
 from pitfalls._checks import check_callable, check_int_at_least
 from pitfalls.probes._cuda import cuda_module
@@ -50,7 +50,8 @@ class WallTiming:
     num_threads: int
 
 
-def wall_time(fn: Callable[[], object], *, warmup: int = 1, min_run_time: float = 0.2) -> WallTiming:
+def wall_time(fn: Callable[[], object], *, warmup: int = 1, min_run_time: float = 0.2,
+              clock: Callable[[], float] | None = None) -> WallTiming:
     """Measure host wall time per call of `fn()` with `torch.utils.benchmark.Timer`.
 
     The Timer synchronizes any present accelerator at each clock reading, so time spent on the GPU is included.
@@ -61,6 +62,7 @@ def wall_time(fn: Callable[[], object], *, warmup: int = 1, min_run_time: float 
         fn: a zero-argument callable; one call is one unit of work.
         warmup: untimed calls made first (>= 0).
         min_run_time: seconds to spend measuring (> 0).
+        clock: the Timer's clock (default: its own, `timeit.default_timer`).
 
     Returns:
         A `WallTiming`.
@@ -71,8 +73,13 @@ def wall_time(fn: Callable[[], object], *, warmup: int = 1, min_run_time: float 
         raise ValueError(f"min_run_time must be a number of seconds > 0, got {min_run_time!r}")
     for _ in range(warmup):
         fn()
+    # Imported here, where a timing runs: torch.utils.benchmark imports torch.utils.cpp_extension, which on a CUDA
+    # build with a toolkit found (nvcc on PATH, CUDA_HOME) queries the CUDA runtime and logs to stderr at import.
+    # At the suite's import that would initialise CUDA in asv's forkserver before it forks every benchmark.
+    from torch.utils.benchmark import Timer
+
     threads = torch.get_num_threads()
-    timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads)
+    timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads, timer=clock or timeit.default_timer)
     m = timer.blocked_autorange(min_run_time=float(min_run_time))
     return WallTiming(
         median_s=m.median,
