@@ -17,10 +17,10 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from pitfalls.calibration import figure_checks as shared
-from pitfalls.calibration import other_work
-from pitfalls.calibration.other_work import allowed_other_work
+from pitfalls.known import other_work
+from pitfalls.known.other_work import allowed_other_work
 from pitfalls.calibration.run import all_checks, run_checks
-from pitfalls.calibration.table import CPU, CUDA, Check, Reading, Row
+from pitfalls.known.table import CPU, CUDA, Check, Reading, Row
 
 # Timing and memory figures read against planted values: with the machine to themselves.
 pytestmark = pytest.mark.serial
@@ -50,7 +50,7 @@ def test_calibrate_cpu_passes_with_every_row() -> None:
 def test_the_doctors_rows_pass_through_the_command() -> None:
     # The doctor's rows alone (one planted run read by all of them), for the CUDA-build leg, where the whole table
     # would take minutes more; the whole table's run above holds them too.
-    from pitfalls.calibration.doctor import doctor_checks
+    from pitfalls.doctor.known import doctor_checks
 
     names = [check.name for check in doctor_checks()]
     done = subprocess.run([str(PITFALLS), "calibrate", "--device", "cpu", "--json",

@@ -4,7 +4,7 @@ import json
 
 from pitfalls.calibration.marks import instrument_of, uncalibrated, uncalibrated_benchmarks
 from pitfalls.calibration.run import all_checks
-from pitfalls.calibration.table import (
+from pitfalls.known.table import (
     COMPILE_SECONDS,
     SPEEDUP,
     TIME_PER_CALL,

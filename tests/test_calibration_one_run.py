@@ -1,6 +1,6 @@
 """`OneRun`: sibling rows share one planted run; a row that reads again gets a new one."""
 
-from pitfalls.calibration.one_run import OneRun
+from pitfalls.known.one_run import OneRun
 
 
 def counting() -> tuple[OneRun[int], list[tuple[object, ...]]]:

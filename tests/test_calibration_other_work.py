@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from pitfalls.calibration import other_work
-from pitfalls.calibration.other_work import (
+from pitfalls.known import other_work
+from pitfalls.known.other_work import (
     QUIET_CORES,
     Conditions,
     OtherWork,
@@ -21,7 +21,7 @@ from pitfalls.calibration.other_work import (
     machine_busy_seconds,
     wait_for_cores,
 )
-from pitfalls.probes.result import Unavailable
+from pitfalls.result import Unavailable
 
 
 def _values(*values: float) -> Iterator[float]:

@@ -7,8 +7,8 @@ import torch
 from suite import import_suite_module
 
 from pitfalls.calibration import published, run
-from pitfalls.calibration.table import CPU, CUDA, Check, Reading, verdict
-from pitfalls.probes.result import Unavailable
+from pitfalls.known.table import CPU, CUDA, Check, Reading, verdict
+from pitfalls.result import Unavailable
 
 bench_calibration = import_suite_module("bench_calibration")
 

@@ -10,7 +10,7 @@ import torch
 
 from pitfalls.calibration import figure_checks as shared
 from pitfalls.calibration.marks import instrument_of
-from pitfalls.calibration.table import COMPILE_SECONDS, CPU, Check, verdict
+from pitfalls.known.table import COMPILE_SECONDS, CPU, Check, verdict
 from pitfalls.probes.compiled import CompileReport, compile_probe
 
 ROW = f"compile: a backend that takes {shared.COMPILE_MS} ms"

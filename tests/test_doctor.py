@@ -9,10 +9,10 @@ import pytest
 from rich.console import Console
 
 from pitfalls import cli
-from pitfalls.calibration import doctor as planted
+from pitfalls.doctor import known as planted
 from pitfalls.doctor import DoctorOptions, DoctorReport, gpu_check, run_doctor
 from pitfalls.doctor.render import render
-from pitfalls.probes.result import Unavailable
+from pitfalls.result import Unavailable
 
 # The loader's wait is read against its planted sleeps: with the machine to itself.
 pytestmark = pytest.mark.serial

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from pitfalls import gpu_proof
-from pitfalls.calibration.table import CUDA
+from pitfalls.known.table import CUDA
 from pitfalls.devices import cuda_available
 from pitfalls.family import Comparison
 from pitfalls.probes import HazardCounts, Unavailable

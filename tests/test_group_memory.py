@@ -13,9 +13,9 @@ import psutil
 import pytest
 
 from pitfalls.calibration import group_memory_checks as planted
-from pitfalls.calibration.table import verdict
+from pitfalls.known.table import verdict
 from pitfalls.probes import group_memory as gm
-from pitfalls.probes.result import Unavailable
+from pitfalls.result import Unavailable
 
 # Timing and memory figures read against planted values: with the machine to themselves.
 pytestmark = pytest.mark.serial

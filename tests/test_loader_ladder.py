@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pitfalls.families.loader.ladder import COLUMNS, ladder_lines, main, rows_of_file
+from pitfalls.report.ladder import COLUMNS, ladder_lines, main, rows_of_file
 from pitfalls.report.rows import OK, SKIPPED, Row
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +26,7 @@ def test_the_pages_tables_are_the_output_of_the_results_files_they_name() -> Non
         assert len(expected) > 3, name
         assert page[at + 1:at + 2 + len(expected)] == [*expected, "<!-- /generated -->"], (
             f"{PAGE.name}'s table after line {at + 1} is not the output of "
-            f"`python -m pitfalls.families.loader.ladder {name}`: run `python -m pitfalls.docs --write`")
+            f"`python -m pitfalls.report.ladder {name}`: run `python -m pitfalls.docs --write`")
 
 
 def _row(benchmark: str, value: float | None, **params: Any) -> Row:

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from pitfalls.calibration.table import verdict
+from pitfalls.known.table import verdict
 from pitfalls.families.loader import FAMILY, metadata, probes
 from pitfalls.families.loader import memory_checks as calibrations
 from pitfalls.probes import group_memory
-from pitfalls.probes.result import Unavailable
+from pitfalls.result import Unavailable
 
 # Memory figures read against planted values: with the machine to themselves.
 pytestmark = [pytest.mark.slow, pytest.mark.serial]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from torch.utils.data import DataLoader
 
-from pitfalls.calibration.table import Check, Row, own_instrument, verdict
+from pitfalls.known.table import Check, Row, own_instrument, verdict
 from pitfalls.families.loader import FAMILY, epochs, flight_checks, probes, start_checks
 from pitfalls.families.loader.probes import InFlight
 from pitfalls.families.loader.steps import LoaderStep

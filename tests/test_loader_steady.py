@@ -8,7 +8,7 @@ import time
 import psutil
 import pytest
 
-from pitfalls.calibration.table import verdict
+from pitfalls.known.table import verdict
 from pitfalls.families import loader
 from pitfalls.families.loader import steady
 from pitfalls.families.loader import timing_checks as calibration

@@ -27,7 +27,7 @@ import torch
 from torch.distributed import TCPStore
 
 from pitfalls import cli, devices, registry
-from pitfalls.calibration import verdict
+from pitfalls.known.table import verdict
 from pitfalls.distributed import RankFailed, launch, loopback_store, step_seconds, time_steps
 from pitfalls.distributed.control import LOOPBACK
 from pitfalls.families.parallel import checks as parallel_calibration

@@ -16,7 +16,7 @@ from pitfalls.probes import figures as report
 from pitfalls.probes import timing
 from pitfalls.probes._cuda import cuda_unavailable_reason
 from pitfalls.probes.figures import ProbeFigure, probe_case, render
-from pitfalls.probes.result import Unavailable
+from pitfalls.result import Unavailable
 
 FAST = {"rounds": 2, "min_run_time": 0.01, "nvml_seconds": 0.01}
 

@@ -20,7 +20,7 @@ from fakes import (
 )
 
 from pitfalls.probes.nvml import MetricSummary, NvmlSampler, NvmlSummary, NvmlTarget, nvml_target
-from pitfalls.probes.result import Unavailable
+from pitfalls.result import Unavailable
 
 FAST = 0.001  # seconds between samples in tests: many samples, quick tests
 

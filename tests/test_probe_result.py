@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from pitfalls.probes.result import Unavailable, is_available
+from pitfalls.result import Unavailable, is_available
 
 
 def test_unavailable_is_falsy_and_reads_with_its_reason() -> None:

@@ -9,7 +9,7 @@ import torch
 from fakes import FakeCuda
 
 from pitfalls.probes._cuda import cuda_unavailable_reason
-from pitfalls.probes.result import Unavailable
+from pitfalls.result import Unavailable
 from pitfalls.probes.syncs import (
     HazardCounts,
     SyncCount,

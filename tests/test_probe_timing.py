@@ -7,7 +7,7 @@ import torch
 from fakes import FakeClock, FakeCuda
 
 from pitfalls.probes._cuda import cuda_unavailable_reason
-from pitfalls.probes.result import Unavailable
+from pitfalls.result import Unavailable
 from pitfalls.probes.timing import (
     CudaEventTiming,
     Speedup,

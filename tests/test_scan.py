@@ -266,7 +266,7 @@ def test_the_real_command_line_in_a_subprocess(user_file):
     ],
 )
 def test_every_hazard_label_gets_a_readable_op_and_its_rewrite(label, in_backward, op, rewrite):
-    from pitfalls.rewrites import describe
+    from pitfalls.probes.rewrites import describe
 
     kind = describe(label, in_backward=in_backward)
     assert kind.op == op and rewrite in kind.rewrite

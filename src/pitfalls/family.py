@@ -21,7 +21,7 @@ from pitfalls._checks import check_choice
 from pitfalls.devices import cuda_available, fits, resolve_device
 
 if TYPE_CHECKING:  # the calibration table imports the probes, which import this module
-    from pitfalls.calibration.table import Check
+    from pitfalls.known.table import Check
 
 ParamValue = int | str | bool
 

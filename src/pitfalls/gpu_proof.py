@@ -49,10 +49,10 @@ from pitfalls.probes import (
 )
 from pitfalls.probes.timing import BLOCKED_SECONDS
 from pitfalls.registry import all_families
-from pitfalls.report.atomic import atomic_write
 from pitfalls.runner.job import INSTALLED_ENV
 from pitfalls.runner.worktree import head_commit
 from pitfalls.scan_loader.proof import pinned_against_unpinned
+from pitfalls_asv_main import atomic_write
 from pitfalls_asv_main import command as asv_command
 
 
@@ -347,7 +347,7 @@ def calibration(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
     """The calibration table (`pitfalls calibrate`) on this device: on a GPU its CUDA rows run too, first (the
     CPU rows are CI's every run; these are what only a GPU machine can show)."""
     from pitfalls.calibration.run import all_checks, run_checks
-    from pitfalls.calibration.table import CUDA
+    from pitfalls.known.table import CUDA
 
     columns = ("check", "unit", "planted", "measured", "error", "tolerance", "verdict", "reason")
     rows = section_rows()
@@ -430,7 +430,7 @@ def cuda_calibration_selection() -> str:
     """An asv ``-b`` pattern for the published errors of the calibration table's CUDA checks (and no other)."""
     from pitfalls.calibration.published import ERROR_METHOD
     from pitfalls.calibration.run import all_checks
-    from pitfalls.calibration.table import CUDA
+    from pitfalls.known.table import CUDA
 
     names = "|".join(re.escape(repr(check.name)) for check in all_checks() if check.device == CUDA)
     return rf"^bench_calibration\.Error\w*\.{ERROR_METHOD}\(({names})\)$"

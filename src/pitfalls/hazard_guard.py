@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from pathlib import PurePath
 from types import TracebackType
 
+from pitfalls.probes.rewrites import describe
 from pitfalls.probes.sites import HazardLocator, HazardSite, LocatedHazards
-from pitfalls.rewrites import describe
 
 __all__ = ["SyncHazardError", "SyncHazardGuard", "no_sync_hazards"]
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -28,15 +27,15 @@ from pitfalls.cases import build_case, estimate_bytes
 from pitfalls.devices import cuda_available, fits, resolve_device, synchronize
 from pitfalls.family import Case, SkipCase
 from pitfalls.probes.compiled import compile_failure_reason, compile_probe
-from pitfalls.probes.nvml import NvmlSampler, NvmlSummary
-from pitfalls.probes.result import Unavailable
+from pitfalls.probes.nvml import NvmlSummary, nvml_windows
 from pitfalls.probes.syncs import count_cuda_syncs, count_hazards
 from pitfalls.probes.timing import BLOCKED_SECONDS, Speedup, case_speedup
+from pitfalls.result import Unavailable
 from pitfalls.units import MIB
 
 __all__ = ["MODES", "NVML_WINDOW_S", "SPEEDUP_BLOCKS", "SPEEDUP_ROUNDS", "WARMUP_CALLS", "CompileFigures",
            "case", "case_table", "cold_compile_cache", "compile_figures", "compile_table", "compiled",
-           "cuda_peak_mib", "cuda_syncs", "initialize_compiler", "lookup", "nvml_mean", "nvml_window", "nvml_windows",
+           "cuda_peak_mib", "cuda_syncs", "initialize_compiler", "lookup", "nvml_mean", "nvml_window",
            "parameter_sets", "speedup", "step", "sync_hazards"]
 
 T = TypeVar("T")
@@ -142,19 +141,6 @@ def nvml_window(call: Callable[[], Any], device: torch.device, seconds: float) -
         return Unavailable(f"case runs on {device}: no GPU for NVML to read")
     [summary] = nvml_windows(call, [device], seconds)
     return summary
-
-
-def nvml_windows(call: Callable[[], Any], devices: Sequence[torch.device],
-                 seconds: float) -> list[NvmlSummary | Unavailable]:
-    """`nvml_window` over several GPUs at once (a case whose replicas or ranks use them all), one summary each."""
-    with contextlib.ExitStack() as stack:
-        samplers = [stack.enter_context(NvmlSampler(device)) for device in devices]
-        deadline = time.perf_counter() + seconds
-        while time.perf_counter() < deadline:
-            call()
-        for device in devices:
-            synchronize(device)
-    return [sampler.summary for sampler in samplers]
 
 
 def nvml_mean(window: NvmlSummary | Unavailable, metric: str) -> float | Unavailable:

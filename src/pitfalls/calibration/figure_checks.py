@@ -22,7 +22,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from pitfalls import measure
-from pitfalls.calibration.table import (
+from pitfalls.families import planted
+from pitfalls.known.table import (
     COMPILE_SECONDS,
     CUDA,
     CUDA_EVENT_TIME,
@@ -39,10 +40,9 @@ from pitfalls.calibration.table import (
     Check,
     Reading,
 )
-from pitfalls.families import planted
 from pitfalls.probes.compiled import CompileReport, compile_probe
-from pitfalls.probes.result import Unavailable
 from pitfalls.probes.timing import cuda_event_time, wall_time
+from pitfalls.result import Unavailable
 from pitfalls.units import MIB
 
 __all__ = ["compile_seconds", "planted_backend", "planted_compile", "shared_checks"]

@@ -8,10 +8,10 @@ import sys
 import uuid
 from dataclasses import dataclass
 
-from pitfalls.calibration.one_run import OneRun
-from pitfalls.calibration.table import GROUP_MEMORY, SHM_IN_FLIGHT, Check, Reading
+from pitfalls.known.one_run import OneRun
+from pitfalls.known.table import GROUP_MEMORY, SHM_IN_FLIGHT, Check, Reading
 from pitfalls.probes.group_memory import GroupMemory, GroupMemorySampler, group_members, shm_segments, wait_for_samples
-from pitfalls.probes.result import Unavailable
+from pitfalls.result import Unavailable
 from pitfalls.units import MIB
 
 __all__ = ["PlantedGroup", "group_memory_checks", "run_planted_group"]

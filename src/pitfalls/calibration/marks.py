@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from pitfalls.calibration.published import ERROR_METHOD
-from pitfalls.calibration.table import (
+from pitfalls.known.table import (
     COMPILE_SECONDS,
     CUDA_EVENT_TIME,
     CUDA_PEAK_MEMORY,

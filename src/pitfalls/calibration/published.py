@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from pitfalls.calibration.table import CPU, CUDA, Check
-from pitfalls.probes.result import Unavailable
+from pitfalls.known.table import CPU, CUDA, Check
+from pitfalls.result import Unavailable
 
 __all__ = [
     "CHECK_PARAM",

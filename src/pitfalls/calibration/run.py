@@ -12,12 +12,12 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from pitfalls.calibration.doctor import doctor_checks
 from pitfalls.calibration.figure_checks import shared_checks
 from pitfalls.calibration.group_memory_checks import group_memory_checks
-from pitfalls.calibration.table import CPU, CUDA, Check, Reading, Row, verdict
-from pitfalls.probes.result import Unavailable
+from pitfalls.doctor.known import doctor_checks
+from pitfalls.known.table import CPU, CUDA, Check, Reading, Row, verdict
 from pitfalls.registry import all_families
+from pitfalls.result import Unavailable
 
 __all__ = ["all_checks", "register", "render", "run_checks"]
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pitfalls.docs.markdown import code, table
+from pitfalls.markdown import code, table
 from pitfalls.scan_corpus import CORPUS, HELPER, expected_per_line, line_of, scan_per_line
 
 __all__ = ["corpus_lines"]

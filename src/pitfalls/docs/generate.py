@@ -14,17 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pitfalls.docs.blocks import Block, fill
-from pitfalls.docs.calibration_table import calibration_lines
 from pitfalls.docs.corpus_table import corpus_lines
 from pitfalls.docs.links import broken_links
 from pitfalls.docs.loader_tables import byte_lines, ladder_of
-from pitfalls.docs.markdown import code, link, relative
 from pitfalls.docs.picture import chart_of, draw, fingerprint, png_fingerprint
 from pitfalls.docs.registry_tables import benchmark_lines, builtin_family, families_lines, family_lines
 from pitfalls.docs.results_index import proof_lines, results_lines
 from pitfalls.docs.results_tables import newest_lines
 from pitfalls.docs.series_table import restart_lines
+from pitfalls.markdown import code, link, relative
 from pitfalls.report import claims
+from pitfalls.report.calibration_table import calibration_lines
 from pitfalls.report.chart_data import Chart
 from pitfalls.report.loading import read_results
 from pitfalls.report.rows import Row

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pitfalls.docs.markdown import code, table
 from pitfalls.docs.registry_tables import builtin_family
-from pitfalls.families.loader.ladder import ladder_lines, rows_of_file
 from pitfalls.families.loader.variants import DEVICE_NORMALIZED, batch_bytes
+from pitfalls.markdown import code, table
+from pitfalls.report.ladder import ladder_lines, rows_of_file
 
 __all__ = ["byte_lines", "ladder_of"]
 
 
 def ladder_of(results_file: Path) -> list[str]:
-    """The ladder table of one results file (`pitfalls.families.loader.ladder`).
+    """The ladder table of one results file (`pitfalls.report.ladder`).
 
     Raises:
         ValueError: the file is not a results file or holds no loader figures.

@@ -57,8 +57,8 @@ def fingerprint(chart: Chart) -> str:
 
 def draw(chart: Chart, path: Path) -> None:
     """Draw the chart with the report's drawing code and save it as a PNG carrying its data's fingerprint."""
-    from pitfalls.report.atomic import atomic_write
     from pitfalls.report.drawing import render  # matplotlib loads only when a picture is drawn
+    from pitfalls_asv_main import atomic_write
 
     figure = render(chart)
     path.parent.mkdir(parents=True, exist_ok=True)

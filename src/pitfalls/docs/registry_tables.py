@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pitfalls.docs.markdown import code, link, table
 from pitfalls.family import FLOOR, Family, Param
+from pitfalls.markdown import code, link, table
 from pitfalls.registry import BUILTIN
 
 __all__ = ["benchmark_lines", "builtin_family", "families_lines", "family_lines", "family_page"]

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pitfalls.docs.markdown import code, link, table
+from pitfalls.markdown import code, link, table
 
 __all__ = ["proof_lines", "results_lines"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
-from pitfalls.docs.markdown import code, table
+from pitfalls.markdown import code, table
 from pitfalls.report.markdown import format_value
 from pitfalls.report.rows import Row
 

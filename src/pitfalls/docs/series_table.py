@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pitfalls.docs.markdown import code, table
+from pitfalls.markdown import code, table
 
 __all__ = ["restart_lines"]
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from pitfalls.probes.result import Unavailable
 from pitfalls.probes.sites import is_user_file
+from pitfalls.result import Unavailable
 
 __all__ = ["CompileWatch", "GraphBreakSite", "Recompile", "function_of"]
 

@@ -23,9 +23,9 @@ from pitfalls.doctor.gpu import Bandwidth
 from pitfalls.doctor.phases import Timed
 from pitfalls.doctor.report import CopyRow, Finding, LoaderFigures
 from pitfalls.families.loader.verdict import Verdict
+from pitfalls.probes.anatomy import Anatomy
 from pitfalls.probes.sites import HazardSite, LocatedHazards, SourceLine
-from pitfalls.scan_loader.advice import human
-from pitfalls.scan_loader.anatomy import Anatomy
+from pitfalls.units import human_bytes
 
 __all__ = [
     "NO_CPU_COST", "compile_findings", "copy_findings", "copy_rows", "loader_figures", "loader_finding",
@@ -158,7 +158,7 @@ def copy_findings(copies: Sequence[CopySite], steps: int, bandwidth: Bandwidth |
         else:
             fix = "copy into a pinned buffer (torch.empty(..., pin_memory=True)) so the copy overlaps the step"
         found.append(Finding(
-            kind="copy", title=f"{site.direction} copy of {human(per_step)} a step ({site.call}, {memory}, "
+            kind="copy", title=f"{site.direction} copy of {human_bytes(per_step)} a step ({site.call}, {memory}, "
                                "non-blocking)",
             path=path, line=lineno, code=code, per_step=site.count / steps, call_sites=(), ms_per_step=ms,
             cost=cost, fix=fix,
@@ -208,7 +208,7 @@ def memory_findings(anatomy: Anatomy | None, batches_per_step: float, line: Sour
         cost = "estimated: the bytes saved over the pageable host-to-device bandwidth measured on the device"
     return [Finding(
         kind="memory",
-        title=f"the batch ships {human(anatomy.bytes_per_batch)}; {human(anatomy.bytes_if_smaller)} in its "
+        title=f"the batch ships {human_bytes(anatomy.bytes_per_batch)}; {human_bytes(anatomy.bytes_if_smaller)} in its "
               "smallest lossless dtypes",
         path=path, line=lineno, code=code, per_step=batches_per_step, call_sites=(), ms_per_step=ms, cost=cost,
         fix=f"ship smaller dtypes ({changes}) and convert on the device",

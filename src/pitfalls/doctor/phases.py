@@ -32,8 +32,8 @@ from pitfalls.doctor.options import DoctorOptions
 from pitfalls.doctor.steps import StopRun
 from pitfalls.probes.group_memory import GroupMemory, GroupMemorySampler
 from pitfalls.probes.hostcopy import Provenance, keep_provenance
-from pitfalls.probes.result import Unavailable
 from pitfalls.probes.sites import HazardLocator, LocatedHazards
+from pitfalls.result import Unavailable
 
 __all__ = ["ANATOMY_BATCHES", "DONE", "GPU", "MEMORY_INTERVAL_S", "SCANNED", "SETUP", "TIMED", "WARMUP", "Phases",
            "Timed"]

@@ -40,7 +40,7 @@ def gpu_check(out_dir: Path, device: str) -> dict[str, Any]:
         ``{"rows": [...], "agreement": ..., "bandwidth_gb_s": ..., "loader": ..., "steps": ...}``: one row per
         planted line with its planted syncs per step, the hazard count, the real syncs and the stall (ms a step).
     """
-    from pitfalls.calibration import doctor as planted
+    from pitfalls.doctor import known as planted
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pitfalls.doctor.report import DoctorReport, Finding
-from pitfalls.scan_loader.advice import human
+from pitfalls.units import human_bytes
 
 __all__ = ["render"]
 
@@ -69,7 +69,7 @@ def _findings(report: DoctorReport, console: Console, bases: tuple[Path, ...]) -
 def _details(report: DoctorReport, console: Console, bases: tuple[Path, ...]) -> None:
     loader = report.loader
     if loader is not None:
-        batch = f", {human(loader.batch_bytes)} a batch" if loader.batch_bytes is not None else ""
+        batch = f", {human_bytes(loader.batch_bytes)} a batch" if loader.batch_bytes is not None else ""
         console.print(Text(f"loader: {loader.verdict}, waits {loader.ms_per_step:.3g} ms a step in next() "
                            f"({loader.wait_share:.0%} of the step), {loader.batches_per_step:g} batch(es) a step, "
                            f"{loader.workers} workers{batch}"))
@@ -84,12 +84,12 @@ def _details(report: DoctorReport, console: Console, bases: tuple[Path, ...]) ->
                        + (f" (unavailable: {c.unavailable})" if c.unavailable else "")))
     m = report.memory
     if m is not None:
-        peak = "n/a" if m.peak_bytes is None else human(m.peak_bytes)
+        peak = "n/a" if m.peak_bytes is None else human_bytes(m.peak_bytes)
         console.print(Text(f"memory over the timed steps ({m.source}): peak {peak}; {m.detail}"))
     for row in report.copies:
         kind = f"{'pinned' if row.pinned else 'pageable'}, {'blocking' if row.blocking else 'non-blocking'}"
         console.print(Text(f"copy at {_where(row.path, row.line, bases)}: {row.call} {row.direction}, {kind}, "
-                           f"{row.per_step:g} a step, {human(row.bytes_per_step)} a step"))
+                           f"{row.per_step:g} a step, {human_bytes(row.bytes_per_step)} a step"))
     if report.real_syncs is not None:
         agree = "agree with" if report.syncs_agree else "DIFFER from"
         console.print(Text(f"real CUDA syncs by line {agree} the hazard counts:"))

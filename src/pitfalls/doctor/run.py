@@ -39,9 +39,9 @@ from pitfalls.doctor.report import (
 )
 from pitfalls.doctor.script import Script, as_main, check_single_process, load_script
 from pitfalls.doctor.steps import Budget, StepCounter, StopRun
+from pitfalls.probes.anatomy import Anatomy, anatomy
 from pitfalls.probes.compiled import reset_dynamo
-from pitfalls.probes.result import Unavailable
-from pitfalls.scan_loader.anatomy import Anatomy, anatomy
+from pitfalls.result import Unavailable
 from pitfalls.targets import scanned_traceback
 
 __all__ = ["run_doctor"]

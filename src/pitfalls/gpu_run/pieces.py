@@ -109,7 +109,7 @@ def _largest_batch(ctx: Context) -> list[dict[str, Any]]:
 def _calibration_cuda_rows(ctx: Context) -> list[dict[str, Any]]:
     """The calibration table's CUDA rows (`pitfalls calibrate`; each reads n/a with its reason off a GPU)."""
     from pitfalls.calibration.run import all_checks, run_checks
-    from pitfalls.calibration.table import CUDA
+    from pitfalls.known.table import CUDA
 
     columns = ("check", "unit", "planted", "measured", "error", "tolerance", "verdict", "reason")
     rows = gpu_proof.section_rows()

@@ -25,7 +25,6 @@ from pitfalls.probes.nvml import (
     nvml_target,
     nvml_unavailable_reason,
 )
-from pitfalls.probes.result import Unavailable, is_available
 from pitfalls.probes.sites import CallSite, HazardLocator, HazardSite, LocatedHazards, SourceLine
 from pitfalls.probes.syncs import (
     HazardCounts,
@@ -46,6 +45,7 @@ from pitfalls.probes.timing import (
     wall_time,
 )
 from pitfalls.probes.trace import TraceResult, export_trace, hazard_ranges
+from pitfalls.result import Unavailable, is_available
 
 __all__ = [
     "CallSite",

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from pitfalls.probes.result import Unavailable
+from pitfalls.result import Unavailable
 
 __all__ = ["NO_CUDA_BUILD", "NO_CUDA_DEVICE", "cuda_module", "cuda_unavailable_reason", "is_cuda_device"]
 

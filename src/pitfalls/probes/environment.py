@@ -19,7 +19,7 @@ import torch
 
 from pitfalls.probes._cuda import cuda_unavailable_reason
 from pitfalls.probes.nvml import nvml_error_reason
-from pitfalls.probes.result import Unavailable
+from pitfalls.result import Unavailable
 
 __all__ = ["environment"]
 

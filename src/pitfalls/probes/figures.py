@@ -7,7 +7,6 @@ compiles. Figures that do not apply or cannot be measured here are `Unavailable`
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,11 +19,11 @@ from pitfalls.devices import synchronize
 from pitfalls.family import ALL_FIGURES, CUDA, HAZARDS, NVML, SPEEDUP
 from pitfalls.probes._cuda import cuda_unavailable_reason, is_cuda_device
 from pitfalls.probes.compiled import compile_failure_reason, first_call
-from pitfalls.probes.nvml import MetricSummary, NvmlSampler, NvmlSummary, nvml_unavailable_reason
-from pitfalls.probes.result import Unavailable
+from pitfalls.probes.nvml import MetricSummary, NvmlSummary, nvml_unavailable_reason, nvml_windows
 from pitfalls.probes.syncs import count_cuda_syncs, count_hazards
 from pitfalls.probes.timing import CudaEventTiming, case_speedup, cuda_event_time, wall_time
 from pitfalls.probes.trace import export_trace
+from pitfalls.result import Unavailable
 from pitfalls.units import MIB
 
 if TYPE_CHECKING:
@@ -115,12 +114,7 @@ def _nvml_figures(case: CaseLike, seconds: float, nvml: Any, sync: Callable[[], 
         # Say what stops NVML on this machine first: that is what a user must fix to get these figures.
         reason = nvml_unavailable_reason(nvml) or f"case runs on {case.device}"
         return [ProbeFigure(name, Unavailable(reason), unit, note) for name, unit, note in names]
-    with NvmlSampler(case.device, nvml=nvml) as sampler:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            case()
-            sync()
-    s = sampler.summary
+    [s] = nvml_windows(case, [case.device], seconds, nvml=nvml, sync=sync)
     if not isinstance(s, NvmlSummary):
         return [ProbeFigure(name, s, unit, note) for name, unit, note in names]
     def pick(metric: MetricSummary | Unavailable, stat: str) -> float | Unavailable:

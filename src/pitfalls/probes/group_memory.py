@@ -30,7 +30,7 @@ from types import TracebackType
 
 import psutil
 
-from pitfalls.probes.result import Unavailable
+from pitfalls.result import Unavailable
 
 __all__ = [
     "CgroupPeak",

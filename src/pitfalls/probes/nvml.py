@@ -20,14 +20,15 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType, TracebackType
 from typing import Any
 
 import torch
 
-from pitfalls.probes.result import Unavailable
+from pitfalls.devices import synchronize
+from pitfalls.result import Unavailable
 from pitfalls.units import MIB
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "nvml_error_reason",
     "nvml_target",
     "nvml_unavailable_reason",
+    "nvml_windows",
 ]
 
 # Seconds the sampler waits for NVML when a block starts and ends; nvmlInit alone can take seconds on a machine
@@ -502,3 +504,33 @@ class NvmlSampler:
         if self._summary is None:
             raise RuntimeError("no summary yet: use the sampler in a `with` block and read summary after it")
         return self._summary
+
+
+def nvml_windows(call: Callable[[], Any], devices: Sequence[torch.device], seconds: float, *, nvml: Any = None,
+                 sync: Callable[[], None] | None = None) -> list[NvmlSummary | Unavailable]:
+    """Loop ``call`` for ``seconds`` while NVML samples each of ``devices``' GPUs: one summary each.
+
+    The calls are queued without a synchronize between them, as a training loop queues its steps; the devices are
+    synchronized once at the end, inside the window, so the last calls' work is sampled too.
+
+    Args:
+        call: one call of the case (a step, a batch).
+        devices: the CUDA devices it runs on (a case whose replicas or ranks use several: all of them).
+        seconds: the window's length.
+        nvml: the NVML binding; None imports pynvml.
+        sync: waits for the queued work (default: a synchronize of each device).
+
+    Returns:
+        NVML's summary of each device's window, or why NVML could not read it.
+    """
+    with contextlib.ExitStack() as stack:
+        samplers = [stack.enter_context(NvmlSampler(device, nvml=nvml)) for device in devices]
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            call()
+        if sync is not None:
+            sync()
+        else:
+            for device in devices:
+                synchronize(device)
+    return [sampler.summary for sampler in samplers]

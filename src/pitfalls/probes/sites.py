@@ -38,8 +38,8 @@ from types import FrameType
 import torch
 
 from pitfalls.probes.hostcopy import Provenance
+from pitfalls.probes.rewrites import HazardKind, describe
 from pitfalls.probes.syncs import HazardCounts, SyncHazardCounter
-from pitfalls.rewrites import HazardKind, describe
 
 __all__ = [
     "CallSite", "HazardLocator", "HazardSite", "LocatedHazards", "SourceLine", "is_user_file", "locate_dispatch",

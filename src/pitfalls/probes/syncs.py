@@ -58,7 +58,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from pitfalls._checks import check_callable, check_int_at_least
 from pitfalls.probes._cuda import cuda_module
 from pitfalls.probes.hostcopy import HostCopyMode, Provenance, eager_stance
-from pitfalls.probes.result import Unavailable
+from pitfalls.result import Unavailable
 
 __all__ = [
     "CUDA_SYNC_WARNING",

@@ -17,7 +17,7 @@ import torch
 
 from pitfalls._checks import check_callable, check_int_at_least
 from pitfalls.probes._cuda import cuda_module
-from pitfalls.probes.result import Unavailable
+from pitfalls.result import Unavailable
 
 __all__ = [
     "CudaEventTiming",

@@ -5,12 +5,12 @@ read), `markdown` (the tables), `chart_data` (what each chart shows) and `drawin
 report folder). Only `drawing` needs matplotlib, and it is loaded only when charts are drawn.
 """
 
-from pitfalls.report.atomic import atomic_write
 from pitfalls.report.chart_data import Chart, Panel, Series, build_charts
 from pitfalls.report.loading import LoadedResults, StandIn, Unreadable, load_results, read_results, torch_version
 from pitfalls.report.markdown import NA_NOTE, comparison_markdown, format_value, summary_markdown
 from pitfalls.report.rows import FAILED, FLOOR, OK, SKIPPED, Row, baseline_variant, env_label
 from pitfalls.report.writing import charts, write_report
+from pitfalls_asv_main import atomic_write
 
 __all__ = [
     "FAILED",

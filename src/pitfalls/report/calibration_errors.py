@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pitfalls.calibration.published import CHECK_PARAM, ERROR_METHOD, RELATIVE, error_unit, published_checks
-from pitfalls.calibration.table import CUDA, Check
+from pitfalls.known.table import CUDA, Check
 from pitfalls.report.rows import FAILED, SKIPPED, Row, env_label
 
 __all__ = ["PASS", "FAIL", "NA", "CalibrationLine", "calibration_lines", "calibration_table", "is_calibration_error"]

@@ -14,9 +14,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter, NullLocator
 
-from pitfalls.report.atomic import atomic_write
 from pitfalls.report.chart_data import Chart, Panel, Series, build_charts, compact
 from pitfalls.report.rows import FLOOR, Row
+from pitfalls_asv_main import atomic_write
 
 __all__ = ["render", "write_charts"]
 

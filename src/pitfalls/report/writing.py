@@ -7,11 +7,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from pitfalls.report.atomic import atomic_write
+from pitfalls.report.calibration_table import calibration_lines
 from pitfalls.report.claims import claims_markdown, machine_sources
 from pitfalls.report.loading import read_results
 from pitfalls.report.markdown import summary_markdown
 from pitfalls.report.rows import Row, checked_rows
+from pitfalls_asv_main import atomic_write
 
 __all__ = ["charts", "write_report"]
 
@@ -85,6 +86,4 @@ def _calibration_runs(rows: Sequence[Row], proof: Path) -> list[str]:
     """Every check with its errors: asv's series (the shared instruments' checks) and the committed
     ``pitfalls calibrate --json`` runs under ``proof/`` (the families' own checks, published there), the table the
     docs print."""
-    from pitfalls.docs.calibration_table import calibration_lines  # one table for the docs and the report
-
     return calibration_lines(rows, proof)

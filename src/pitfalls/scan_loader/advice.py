@@ -8,6 +8,7 @@ import dataclasses
 import psutil
 
 from pitfalls.scan_loader.results import CopyOnWrite, Finding, ScanLoaderReport, SettingResult
+from pitfalls.units import human_bytes
 
 __all__ = ["advise"]
 
@@ -15,15 +16,6 @@ __all__ = ["advise"]
 MIN_COPIED = 4 * 2**20
 # Below this measured gain a change is within the noise of a shared machine and is not advised.
 MIN_GAIN = 1.05
-
-
-def human(size: float) -> str:
-    """Bytes in the largest binary unit that keeps the figure at 1 or more."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(size) < 1024 or unit == "GiB":
-            return f"{size:,.1f} {unit}" if unit != "B" else f"{size:,.0f} B"
-        size /= 1024
-    return f"{size:,.1f} GiB"
 
 
 def _rate(result: SettingResult) -> float:
@@ -68,7 +60,7 @@ def _arithmetic(report: ScanLoaderReport) -> list[Finding]:
         workers = max((r.setting.workers for r in report.settings), default=0)
         now = shape.in_flight_bytes(workers, report.prefetch_factor)
         then = workers * report.prefetch_factor * shape.bytes_if_smaller
-        flight = f"; in flight at num_workers={workers}: {human(now)} -> {human(then)}" if workers else ""
+        flight = f"; in flight at num_workers={workers}: {human_bytes(now)} -> {human_bytes(then)}" if workers else ""
         found.append(Finding(f"ship smaller dtypes ({changes})", shape.bytes_per_batch / shape.bytes_if_smaller,
                              False, f"{shape.bytes_per_batch:,} -> {shape.bytes_if_smaller:,} bytes per batch{flight}",
                              "fewer bytes to collate, to pass between processes and to copy to the device; convert "
@@ -79,7 +71,7 @@ def _arithmetic(report: ScanLoaderReport) -> list[Finding]:
         largest = max(report.containers, key=lambda c: report.touch_copied.get(c.name, c.bytes))
         found.append(Finding(f"hold {largest.name} as arrays (numpy, Arrow), not {largest.length:,} Python objects",
                              1.0, False,
-                             f"the workers copy {cow.per_item:,.0f} bytes per item read: {human(epoch_bytes)} "
+                             f"the workers copy {cow.per_item:,.0f} bytes per item read: {human_bytes(epoch_bytes)} "
                              "over an epoch",
                              "reading a Python object writes its reference count, so each worker copies its page "
                              "(PyTorch issue 13246)"))
@@ -90,7 +82,7 @@ def _arithmetic(report: ScanLoaderReport) -> list[Finding]:
         fits = ram < available // 2
         found.append(Finding("hold the decoded items in RAM" if fits else "keep the items on disk (they do not fit)",
                              1.0, False, f"{report.items:,} items x {per_item:,} "
-                             f"bytes = {human(ram)}; {human(available)} available",
+                             f"bytes = {human_bytes(ram)}; {human_bytes(available)} available",
                              "items already decoded, resized and in their smallest dtype cost no file reads or "
                              "decoding per epoch" if fits else "the decoded items would take over half the free RAM"))
     return sorted(found, key=lambda f: f.gain, reverse=True)

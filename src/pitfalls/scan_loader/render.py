@@ -6,16 +6,16 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from pitfalls.probes.result import Unavailable
-from pitfalls.scan_loader.advice import human
+from pitfalls.result import Unavailable
 from pitfalls.scan_loader.results import CopyOnWrite, ScanLoaderReport
+from pitfalls.units import human_bytes
 
 __all__ = ["render"]
 
 
 
 def _size(value: float) -> str:
-    return human(value)
+    return human_bytes(value)
 
 
 def _seconds(value: float | Unavailable | None) -> str:

@@ -7,9 +7,9 @@ from typing import Any
 
 from pitfalls.families.loader.steady import Steady
 from pitfalls.families.loader.verdict import WAIT_THRESHOLD
+from pitfalls.probes.anatomy import Anatomy
 from pitfalls.probes.group_memory import GroupMemory
-from pitfalls.probes.result import Unavailable
-from pitfalls.scan_loader.anatomy import Anatomy
+from pitfalls.result import Unavailable
 from pitfalls.scan_loader.containers import Container
 
 __all__ = ["CopyOnWrite", "Finding", "LoaderBound", "ScanLoaderReport", "Setting", "SettingResult", "verdict"]

@@ -21,10 +21,10 @@ from torch.utils.data import DataLoader
 
 from pitfalls.families.loader.steady import Steady, prefilled, steady_state
 from pitfalls.families.loader.workers import is_handler_report, shut_down
+from pitfalls.probes.anatomy import anatomy
 from pitfalls.probes.group_memory import GroupMemorySampler
-from pitfalls.probes.result import Unavailable
+from pitfalls.result import Unavailable
 from pitfalls.scan_loader.advice import advise
-from pitfalls.scan_loader.anatomy import anatomy
 from pitfalls.scan_loader.containers import find_containers, touch_copied_bytes
 from pitfalls.scan_loader.deliver import Delivery, WorkerDied, theirs
 from pitfalls.scan_loader.rebuild import DEFAULT_PREFETCH, batches_per_epoch, rebuild, worker_pids

@@ -23,7 +23,7 @@ from pitfalls.families.loader.entry import ENTRY
 from pitfalls.families.loader.steps import LoaderStep, read_fresh
 from pitfalls.families.loader.workers import shut_down
 from pitfalls.family import FLOOR, SkipCase
-from pitfalls.probes.result import Unavailable
+from pitfalls.result import Unavailable
 
 __all__ = ["EpochStarts", "epoch_start", "epoch_starts", "epoch_starts_of", "one_epoch_loader"]
 

@@ -20,12 +20,12 @@ from collections.abc import Callable
 import torch
 from torch.utils.data import Dataset, default_collate
 
-from pitfalls.calibration.one_run import OneRun
-from pitfalls.calibration.table import Check, Reading, own_instrument
 from pitfalls.families.loader import probes
 from pitfalls.families.loader.entry import ENTRY, NAME
 from pitfalls.families.loader.probes import InFlight
 from pitfalls.families.loader.steps import LoaderStep, make_step
+from pitfalls.known.one_run import OneRun
+from pitfalls.known.table import Check, Reading, own_instrument
 
 __all__ = ["BATCH", "CHECKS", "ITEM_BYTES", "PREFETCH", "SIZE", "WORKERS", "FlightRun", "SizedItems",
            "flight_checks", "planted_step"]

@@ -28,15 +28,15 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, default_collate
 
-from pitfalls.calibration.one_run import OneRun
-from pitfalls.calibration.table import Check, Reading, own_instrument
 from pitfalls.families.loader import metadata
 from pitfalls.families.loader.entry import ENTRY
 from pitfalls.families.loader.metadata import EpochMemory
 from pitfalls.families.loader.probes import COPIED_PER_ITEM, PEAK_PSS, PEAK_USS, copy_on_write_of, group_peak
 from pitfalls.families.loader.steps import LoaderStep
+from pitfalls.known.one_run import OneRun
+from pitfalls.known.table import Check, Reading, own_instrument
 from pitfalls.probes.group_memory import GroupMemory
-from pitfalls.probes.result import Unavailable
+from pitfalls.result import Unavailable
 from pitfalls.units import MIB
 
 PAGE = mmap.PAGESIZE

@@ -35,7 +35,7 @@ from pitfalls.families.loader.variants import nbytes
 from pitfalls.families.loader.verdict import STARVES_BELOW, judge
 from pitfalls.family import FLOOR, SkipCase
 from pitfalls.probes.group_memory import GroupMemory, GroupMemorySampler, members_named, shm_segments
-from pitfalls.probes.result import Unavailable
+from pitfalls.result import Unavailable
 from pitfalls.units import MIB
 
 # A worker's USS moves by this much between two readings with nothing copied: with a planted data set that copies

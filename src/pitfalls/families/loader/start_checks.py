@@ -27,13 +27,13 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import Dataset, default_collate
 
-from pitfalls.calibration.one_run import OneRun
-from pitfalls.calibration.table import Check, Reading, own_instrument
 from pitfalls.families.loader import epochs, probes
 from pitfalls.families.loader.entry import ENTRY, NAME
 from pitfalls.families.loader.epochs import EpochStarts
 from pitfalls.families.loader.steps import LoaderStep, make_step
-from pitfalls.probes.result import Unavailable
+from pitfalls.known.one_run import OneRun
+from pitfalls.known.table import Check, Reading, own_instrument
+from pitfalls.result import Unavailable
 
 __all__ = ["CHECKS", "DELAY_MS", "GROWTH_TOLERANCE", "PAIRS", "STILL_TOLERANCE_MS", "WORKERS", "EpochRun",
            "FirstReadSleeps", "StartGrowth", "first_batch", "paired_growth", "planted_step", "start_checks"]

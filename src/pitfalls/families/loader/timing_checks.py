@@ -30,14 +30,14 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset, default_collate
 
-from pitfalls.calibration.one_run import OneRun
-from pitfalls.calibration.other_work import Conditions, on_free_cores
-from pitfalls.calibration.table import SPEEDUP, Check, Reading, own_instrument
 from pitfalls.families.loader import probes, steady, verdict
 from pitfalls.families.loader.entry import ENTRY, NAME
 from pitfalls.families.loader.steps import BatchStep, make_step
-from pitfalls.probes.result import Unavailable
+from pitfalls.known.one_run import OneRun
+from pitfalls.known.other_work import Conditions, on_free_cores
+from pitfalls.known.table import SPEEDUP, Check, Reading, own_instrument
 from pitfalls.probes.timing import BLOCKED_SECONDS, blocked_speedup
+from pitfalls.result import Unavailable
 
 SAMPLES_PER_SECOND = own_instrument(NAME, probes.SAMPLES_PER_SECOND)
 WAIT_SHARE = own_instrument(NAME, probes.WAIT_SHARE)
@@ -193,7 +193,7 @@ def judged(workers: int, device: str, run: Callable[[BatchStep], steady.Steady] 
 
 def alone(measure: Callable[[], Reading], processes: int) -> Reading:
     """Take a timed reading once other work leaves a core to each of its ``processes`` (the main one and each
-    worker), and say in its detail what other work it ran beside (`pitfalls.calibration.other_work`: the misses of
+    worker), and say in its detail what other work it ran beside (`pitfalls.known.other_work`: the misses of
     these rows measured there came from processes running beside them, not from what ran before)."""
     reading, conditions = on_free_cores(measure, processes)
     return noted(reading, conditions)

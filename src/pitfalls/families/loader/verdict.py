@@ -23,7 +23,7 @@ from typing import Any
 from pitfalls.families.loader import steady
 from pitfalls.families.loader.entry import ENTRY
 from pitfalls.families.loader.steps import read_fresh
-from pitfalls.probes.result import Unavailable
+from pitfalls.result import Unavailable
 
 __all__ = ["MODEL_MS", "STARVES_BELOW", "WAIT_THRESHOLD", "Verdict", "judge", "verdict"]
 

@@ -15,8 +15,6 @@ import functools
 import statistics
 from collections.abc import Callable, Sequence
 
-from pitfalls.calibration.one_run import OneRun
-from pitfalls.calibration.table import CPU, SPEEDUP, Check, Reading, own_instrument
 from pitfalls.families.parallel.launch import RANK_MODULE, DdpGroup
 from pitfalls.families.parallel.step import (
     DDP,
@@ -26,8 +24,10 @@ from pitfalls.families.parallel.step import (
     per_second,
     scaling_efficiency,
 )
-from pitfalls.probes.result import Unavailable
+from pitfalls.known.one_run import OneRun
+from pitfalls.known.table import CPU, SPEEDUP, Check, Reading, own_instrument
 from pitfalls.probes.timing import blocked_speedup
+from pitfalls.result import Unavailable
 
 __all__ = ["CHECKS", "COMM_DELAY_MS", "EXPOSED_FIGURE", "HELD_MIB", "IMBALANCE_FIGURE", "IN_FLIGHT_FIGURE",
            "OTHERS_MEMORY_FIGURE", "RANK0_MEMORY_FIGURE", "SAMPLES_PER_SECOND_FIGURE", "SCALING_FIGURE",

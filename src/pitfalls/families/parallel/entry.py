@@ -100,7 +100,8 @@ from pitfalls.families.parallel.step import (
     scaling_efficiency as scaling_efficiency,  # the benchmarks' weak scaling, with the family's figures
 )
 from pitfalls.family import SPEEDUP, TIME, Case, Comparison, Family, OwnFigure, Param, SkipCase
-from pitfalls.probes.result import Unavailable
+from pitfalls.probes.nvml import nvml_windows
+from pitfalls.result import Unavailable
 
 
 class Runner(Protocol):
@@ -156,8 +157,6 @@ def case_devices(case: Case) -> list[torch.device]:
 
 def busy_per_device(case: Case, seconds: float) -> tuple[float, ...] | Unavailable:
     """NVML's GPU utilization (mean %) of each of the case's devices while it loops for ``seconds``."""
-    from pitfalls.measure import nvml_windows  # the measuring layer builds cases through the registry of families
-
     if case.device.type != "cuda":
         return Unavailable(f"case runs on {case.device}: no GPU for NVML to read")
     busy = []

@@ -17,7 +17,7 @@ from pitfalls.devices import CPU_DEVICE_THREADS
 from pitfalls.distributed import RankFailed, RankGroup, step_seconds
 from pitfalls.distributed.launch import START_TIMEOUT_S, STEP_TIMEOUT_S
 from pitfalls.families.parallel.step import RankFigures, Shard, StepConfig
-from pitfalls.probes.result import Unavailable
+from pitfalls.result import Unavailable
 
 __all__ = ["RANK_MODULE", "DdpGroup", "RankFailed", "rank_arguments"]
 

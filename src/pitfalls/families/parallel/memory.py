@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pitfalls.probes.result import Unavailable
+from pitfalls.result import Unavailable
 
 __all__ = ["BATCH_LIMIT", "Stopped", "fits_on_gpu", "largest_fitting"]
 

@@ -38,7 +38,7 @@ from pitfalls.distributed.control import CONTROL_ENV
 from pitfalls.distributed.launch import PROCESS_GROUP_TIMEOUT_S
 from pitfalls.families.parallel.step import DDP, MODELS, SEGNET, StepConfig, Trainer, make_trainer, utilization
 from pitfalls.probes.nvml import NvmlSampler
-from pitfalls.probes.result import Unavailable
+from pitfalls.result import Unavailable
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

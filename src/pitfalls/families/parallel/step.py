@@ -25,7 +25,7 @@ from pitfalls.devices import device_threads
 from pitfalls.distributed.steps import step_seconds, time_steps
 from pitfalls.families.loss import IGNORE, SegNet, make_loss
 from pitfalls.probes.nvml import NvmlSummary
-from pitfalls.probes.result import Unavailable
+from pitfalls.result import Unavailable
 
 SINGLE = "single"
 DATA_PARALLEL = "data_parallel"

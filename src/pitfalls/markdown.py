@@ -1,4 +1,4 @@
-"""Markdown pieces every generated table is made of."""
+"""Markdown pieces every table the suite writes is made of: the one table builder, inline code, links."""
 
 from __future__ import annotations
 

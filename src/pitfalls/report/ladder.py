@@ -1,7 +1,7 @@
 """The loader's ladder from one committed results file: each rung's figures without and with workers, one line.
 
 The loader's documentation page holds this module's output for a file of ``results/`` (generated, and a test
-compares the two), so the table is the results and nothing typed by hand: ``python -m pitfalls.families.loader.ladder
+compares the two), so the table is the results and nothing typed by hand: ``python -m pitfalls.report.ladder
 FILE`` prints it.
 A rung and cache whose every figure is n/a on that machine (the RAM rungs read no file cold, `gpu_decode` needs
 CUDA) is named under the table instead of being a line of n/a.
@@ -131,7 +131,7 @@ def ladder_lines(rows: Sequence[Row]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None, out: Callable[[str], object] = print) -> int:
     """Print the ladder of one results file; exit 2 with one line on a path that is not one."""
-    parser = argparse.ArgumentParser(prog="python -m pitfalls.families.loader.ladder", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m pitfalls.report.ladder", description=__doc__)
     parser.add_argument("results_file", type=Path, help="results/<machine>/<commit>-<env>.json")
     args = parser.parse_args(argv)
     try:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from pitfalls.probes.result import Unavailable
+from pitfalls.result import Unavailable
 
 __all__ = ["QUIET_CORES", "WAIT_S", "WINDOW_S", "Conditions", "OtherWork", "OtherWorkMeter", "allowed_other_work",
            "machine_busy_seconds", "on_free_cores", "wait_for_cores"]

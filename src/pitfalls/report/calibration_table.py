@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from pitfalls.calibration.run import all_checks
-from pitfalls.calibration.table import CUDA, Check
-from pitfalls.docs.markdown import code, table
+from pitfalls.known.table import CUDA, Check
+from pitfalls.markdown import code, table
 from pitfalls.registry import BUILTIN
 from pitfalls.report.calibration_errors import NA, CalibrationLine, calibration_table
 from pitfalls.report.rows import Row

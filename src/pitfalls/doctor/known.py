@@ -13,11 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pitfalls.calibration.one_run import OneRun
-from pitfalls.calibration.table import CPU, Check, Reading
 from pitfalls.doctor.options import DoctorOptions
 from pitfalls.doctor.report import DoctorReport, Finding
 from pitfalls.doctor.run import run_doctor
+from pitfalls.known.one_run import OneRun
+from pitfalls.known.table import CPU, Check, Reading
 
 __all__ = ["BATCH", "ITEM_MS", "PLANTED_SCRIPT", "doctor_checks", "planted_args", "planted_line", "run_planted"]
 

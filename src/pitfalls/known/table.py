@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from pitfalls.probes.result import Unavailable
+from pitfalls.result import Unavailable
 
 __all__ = [
     "COMPILE_SECONDS",
