@@ -17,9 +17,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from pitfalls.calibration import figure_checks as shared
+from pitfalls.calibration.run import all_checks, run_checks
 from pitfalls.known import other_work
 from pitfalls.known.other_work import allowed_other_work
-from pitfalls.calibration.run import all_checks, run_checks
 from pitfalls.known.table import CPU, CUDA, Check, Reading, Row
 
 # Timing and memory figures read against planted values: with the machine to themselves.

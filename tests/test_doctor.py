@@ -9,8 +9,8 @@ import pytest
 from rich.console import Console
 
 from pitfalls import cli
-from pitfalls.doctor import known as planted
 from pitfalls.doctor import DoctorOptions, DoctorReport, gpu_check, run_doctor
+from pitfalls.doctor import known as planted
 from pitfalls.doctor.render import render
 from pitfalls.result import Unavailable
 

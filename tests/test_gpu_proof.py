@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from pitfalls import gpu_proof
-from pitfalls.known.table import CUDA
 from pitfalls.devices import cuda_available
 from pitfalls.family import Comparison
+from pitfalls.known.table import CUDA
 from pitfalls.probes import HazardCounts, Unavailable
 from pitfalls.registry import all_families
 

@@ -42,7 +42,8 @@ def test_the_layers_name_every_module_of_the_package_and_make_no_exception() -> 
 PLANTED = [
     ("probes/timing.py", "def _upward():\n    import pitfalls.report  # noqa: F401\n",
      "pitfalls.probes is not allowed to import pitfalls.report"),
-    ("known/table.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pitfalls.probes.syncs import HazardCounts\n",
+    ("known/table.py",
+     "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pitfalls.probes.syncs import HazardCounts\n",
      "pitfalls.known is not allowed to import pitfalls.probes"),
     ("families/loss.py", "def _upward():\n    from pitfalls.measure import case  # noqa: F401\n",
      "pitfalls.families is not allowed to import pitfalls.measure"),

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from pitfalls.known.table import verdict
 from pitfalls.families.loader import FAMILY, metadata, probes
 from pitfalls.families.loader import memory_checks as calibrations
+from pitfalls.known.table import verdict
 from pitfalls.probes import group_memory
 from pitfalls.result import Unavailable
 

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from torch.utils.data import DataLoader
 
-from pitfalls.known.table import Check, Row, own_instrument, verdict
 from pitfalls.families.loader import FAMILY, epochs, flight_checks, probes, start_checks
 from pitfalls.families.loader.probes import InFlight
 from pitfalls.families.loader.steps import LoaderStep
 from pitfalls.families.loader.workers import shut_down
+from pitfalls.known.table import Check, Row, own_instrument, verdict
 from pitfalls.probes.group_memory import shm_segments
 
 # Timing and shared-memory figures read against planted values: with the machine to themselves (`serial`), all but

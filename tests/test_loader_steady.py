@@ -8,10 +8,10 @@ import time
 import psutil
 import pytest
 
-from pitfalls.known.table import verdict
 from pitfalls.families import loader
 from pitfalls.families.loader import steady
 from pitfalls.families.loader import timing_checks as calibration
+from pitfalls.known.table import verdict
 from pitfalls.probes.timing import interleaved_speedup
 
 # Timing and memory figures read against planted values: with the machine to themselves.

@@ -13,14 +13,14 @@ import pytest
 import torch
 from torch.utils.data import Dataset, default_collate
 
-from pitfalls.known import other_work
-from pitfalls.known.one_run import OneRun
-from pitfalls.known.table import verdict as judged_row
 from pitfalls.families.loader import ENTRY, FAMILY, epochs, probes, steady, stepcost, timing_checks
 from pitfalls.families.loader import verdict as loader_verdict
 from pitfalls.families.loader.steps import LoaderStep, make_step
 from pitfalls.families.loader.verdict import WAIT_THRESHOLD, judge
 from pitfalls.family import FLOOR, SkipCase
+from pitfalls.known import other_work
+from pitfalls.known.one_run import OneRun
+from pitfalls.known.table import verdict as judged_row
 from pitfalls.result import Unavailable
 
 QUICK = {"image_size": 32, "batch": 8, "items": 32}

@@ -27,7 +27,6 @@ import torch
 from torch.distributed import TCPStore
 
 from pitfalls import cli, devices, registry
-from pitfalls.known.table import verdict
 from pitfalls.distributed import RankFailed, launch, loopback_store, step_seconds, time_steps
 from pitfalls.distributed.control import LOOPBACK
 from pitfalls.families.parallel import checks as parallel_calibration
@@ -48,6 +47,7 @@ from pitfalls.families.parallel.step import (
     make_trainer,
 )
 from pitfalls.family import Case, SkipCase
+from pitfalls.known.table import verdict
 from pitfalls.probes import Unavailable
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,7 +9,6 @@ import torch
 from fakes import FakeCuda
 
 from pitfalls.probes._cuda import cuda_unavailable_reason
-from pitfalls.result import Unavailable
 from pitfalls.probes.syncs import (
     HazardCounts,
     SyncCount,
@@ -19,6 +18,7 @@ from pitfalls.probes.syncs import (
     hazard_label,
     syncs_per_call,
 )
+from pitfalls.result import Unavailable
 
 aten = torch.ops.aten
 

@@ -7,7 +7,6 @@ import torch
 from fakes import FakeClock, FakeCuda
 
 from pitfalls.probes._cuda import cuda_unavailable_reason
-from pitfalls.result import Unavailable
 from pitfalls.probes.timing import (
     CudaEventTiming,
     Speedup,
@@ -16,6 +15,7 @@ from pitfalls.probes.timing import (
     interleaved_speedup,
     wall_time,
 )
+from pitfalls.result import Unavailable
 
 
 def sleeper(clock: FakeClock, seconds: list[float], log: list[str], name: str):

@@ -21,8 +21,8 @@ import torch
 
 from pitfalls import cli
 from pitfalls.families import loader as loader_family
-from pitfalls.scan_loader import ScanOptions, scan_loader, smaller_dtype
 from pitfalls.probes.anatomy import anatomy
+from pitfalls.scan_loader import ScanOptions, scan_loader, smaller_dtype
 from pitfalls.scan_loader.deliver import WorkerDied, theirs
 from pitfalls.targets import ScannedCodeError
 
