@@ -10,10 +10,11 @@ from pathlib import Path
 from asv.results import Results
 from asv_results import FACTS, add, benchmark, write_machine, write_suite
 
-from pitfalls.calibration.published import CHECK_PARAM, ERROR_METHOD, published_checks
+from pitfalls.calibration.published import CHECK_PARAM, ERROR_METHOD
 from pitfalls.calibration.run import all_checks
 from pitfalls.report import read_results, summary_markdown
 from pitfalls.report.calibration_errors import FAIL, NA, PASS, calibration_table
+from pitfalls.report.calibration_table import suite_checks
 
 PITFALLS = Path(sys.executable).with_name("pitfalls")
 ERROR = f"bench_calibration.Error.{ERROR_METHOD}"
@@ -55,44 +56,42 @@ def plant(folder: Path, machine: str, commit: str, date_ms: int, errors: dict[st
     res.save(str(folder))
 
 
-def table_rows(markdown: str) -> dict[tuple[str, str], list[str]]:
-    """The calibration section's table: (check, machine) -> its cells."""
+def table_rows(markdown: str) -> dict[str, dict[str, str]]:
+    """The calibration section's table: check -> {column heading: cell}."""
     section = markdown.split("## Calibration", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("| ")]
+    header = [c.strip() for c in lines[0].strip("|").split(" | ")]
     rows = {}
-    for line in section.splitlines():
-        if line.startswith("| ") and not line.startswith(("| check |", "| --- |")):
-            cells = [c.strip() for c in line.strip("|").split(" | ")]
-            rows[(cells[0], cells[4])] = cells
+    for line in lines[2:]:
+        cells = [c.strip() for c in line.strip("|").split(" | ")]
+        rows[cells[0]] = dict(zip(header, cells, strict=True))
     return rows
 
 
-def test_each_check_is_judged_with_its_tolerance_and_names_machine_and_commit(tmp_path):
+def test_each_check_is_judged_with_its_tolerance_a_column_per_machine(tmp_path):
     plant(tmp_path, "box", "a" * 40, 1_700_000_000_000, PLANTED)
     plant(tmp_path, "gpu-box", "b" * 40, 1_700_000_100_000, {"cuda: one .item() is one sync": 0.0},
           percent={"cuda: NVML busy half the time": 9.0})
     markdown = summary_markdown(read_results(tmp_path))
     rows = table_rows(markdown)
 
-    assert rows[("time: busy-wait 5 ms", "`box`")][1:7] == ["2.0%", "15.0%", "pass", "`box`", "`aaaaaaaa`",
-                                                             "torch 2.13.0"]
-    assert rows[("speedup: 2T against T", "`box`")][1:4] == ["30.0%", "10.0%", "fail"]
-    assert rows[("sync hazards: 3 planted .item()", "`box`")][1:4] == ["0.0%", "exact", "pass"]
-    skipped = rows[("cuda: one .item() is one sync", "`box`")]
-    assert skipped[1] == "-" and skipped[3].startswith("n/a: a CUDA check")
-    assert rows[("cuda: one .item() is one sync", "`gpu-box`")][1:6] == ["0.0%", "exact", "pass", "`gpu-box`",
-                                                                          "`bbbbbbbb`"]
-    assert rows[("cuda: NVML busy half the time", "`gpu-box`")][1:4] == ["9 %", "15 %", "pass"]
-    assert rows[("peak memory: 64 MiB in one call", "`box`")][3].startswith("n/a: failed")
-    gone = rows[("old: a check since removed", "`box`")]
-    assert gone[1] == "1.0%" and gone[2] == "unknown" and gone[3].startswith("n/a: no such check")
-    # A check of this version that no result holds is listed, n/a, not left out and not passed.
-    absent = rows[("compile: 2 planted graph breaks", "-")]
-    assert absent[3] == "n/a: no figure of this check in these results"
-    # A check no benchmark publishes (the doctor's; a family's own, published by committed calibrate runs) has no
-    # series to look for: it is left out, not n/a.
-    published = [c.name for c in published_checks(all_checks())]
-    assert len({check for check, _ in rows}) == len(published) + 1
-    assert not {c.name for c in all_checks() if c.name not in published} & {check for check, _ in rows}
+    assert [rows["time: busy-wait 5 ms"][k] for k in ("tolerance", "`box`", "`gpu-box`")] == ["15 %", "2.0 % pass",
+                                                                                              "-"]
+    assert rows["speedup: 2T against T"]["`box`"] == "30.0 % fail"
+    assert [rows["sync hazards: 3 planted .item()"][k] for k in ("tolerance", "`box`")] == ["exact", "0.0 % pass"]
+    # Skipped on the CPU machine (no CUDA device there), measured on the GPU one.
+    assert [rows["cuda: one .item() is one sync"][k] for k in ("`box`", "`gpu-box`")] == ["n/a: no CUDA device",
+                                                                                          "0.0 % pass"]
+    assert rows["cuda: NVML busy half the time"]["`gpu-box`"] == "9 points pass"
+    assert rows["peak memory: 64 MiB in one call"]["`box`"].startswith("n/a: failed")
+    gone = rows["old: a check since removed"]
+    assert gone["`box`"].startswith("n/a: no such check") and gone["tolerance"].startswith("unknown")
+    # A check of this version that no result holds is listed with no figure, not left out and not passed.
+    assert rows["compile: 2 planted graph breaks"]["`box`"] == "-"
+    assert set(rows) == {c.name for c in suite_checks()} | {"old: a check since removed"}
+    assert "commits `aaaaaaaa`" in markdown and "commits `bbbbbbbb`" in markdown
+    # Measured: 5 ms, 2T (fail), hazards, the removed check's n/a aside; the GPU machine's two.
+    assert "In the asv results, 4 of 5 measured checks within tolerance; 3 n/a." in markdown
 
 
 def test_the_table_is_built_from_the_newest_figure_of_each_machine(tmp_path):
@@ -125,8 +124,8 @@ def test_results_without_calibration_figures_say_so_and_keep_the_uncalibrated_li
     res.save(str(tmp_path))
     markdown = summary_markdown(read_results(tmp_path))
     section = markdown.split("## Calibration", 1)[1].split("\n## ", 1)[0]
-    assert "hold no calibration figure" in section
-    assert "| check |" not in section and "pass" not in section
+    assert "No run has measured these checks yet" in section
+    assert " pass |" not in section and " fail |" not in section
     assert "## Uncalibrated figures" in markdown and "`bench_loss.Step.track_made_up_figure`" in markdown
 
 
@@ -137,7 +136,8 @@ def test_pitfalls_report_writes_the_table_and_does_not_mark_the_errors_uncalibra
     assert done.returncode == 0, done.stderr
     markdown = (tmp_path / "report" / "README.md").read_text()
     rows = table_rows(markdown)
-    assert rows[("speedup: 2T against T", "`box`")][3] == "fail"
+    assert rows["speedup: 2T against T"]["`box`"] == "30.0 % fail"
+    assert markdown.count("| check | calibrates | tolerance |") == 1  # one calibration table
     uncalibrated = markdown.split("## Uncalibrated figures", 1)[1]
     assert "`bench_loss.Step.track_made_up_figure`" in uncalibrated
     assert "track_error" not in uncalibrated

@@ -1,4 +1,5 @@
-"""The report's calibration table: each check's published error against its tolerance, and where it came from.
+"""Each check's published error judged against its tolerance, and where it came from (the lines of the calibration
+table, `pitfalls.report.calibration_table`).
 
 asv keeps a check's error (``bench_calibration.Error*.track_error``, see `pitfalls.calibration.published`), not its
 tolerance nor the reason of a skip. The tolerance and the kind of check (CPU or CUDA) are this version's
@@ -12,21 +13,14 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pitfalls.calibration.published import CHECK_PARAM, ERROR_METHOD, RELATIVE, error_unit, published_checks
+from pitfalls.calibration.published import CHECK_PARAM, ERROR_METHOD, error_unit, published_checks
 from pitfalls.known.table import CUDA, Check
 from pitfalls.report.rows import FAILED, SKIPPED, Row, env_label
 
-__all__ = ["PASS", "FAIL", "NA", "CalibrationLine", "calibration_lines", "calibration_table", "is_calibration_error"]
+__all__ = ["PASS", "FAIL", "NA", "CalibrationLine", "calibration_table", "is_calibration_error"]
 
 FAMILY = "calibration"
 PASS, FAIL, NA = "pass", "fail", "n/a"
-_NO_FIGURE = (
-    "These results hold no calibration figure (no `bench_calibration.Error*.track_error`): nothing here says whether "
-    "the instruments read their planted values on this machine. `pitfalls calibrate` measures the table here; an "
-    "asv run of the suite at a commit that has the calibration benchmarks publishes it."
-)
-
-
 @dataclass(frozen=True)
 class CalibrationLine:
     """One row of the report's calibration table.
@@ -113,57 +107,4 @@ def calibration_table(rows: Sequence[Row], checks: Sequence[Check]) -> list[Cali
             continue
         for machine in sorted({r.machine for r in mine}):
             lines.append(_judged(_newest([r for r in mine if r.machine == machine]), by_name.get(name)))
-    return lines
-
-
-def _amount(value: float | None, unit: str) -> str:
-    if value is None:
-        return "-"
-    if unit == RELATIVE:
-        return f"{value:.1%}"
-    return f"{value:.3g} {unit}".rstrip()
-
-
-def _tolerance(line: CalibrationLine) -> str:
-    if line.tolerance is None:
-        return "unknown"
-    return "exact" if line.tolerance == 0 else _amount(line.tolerance, line.unit)
-
-
-def calibration_lines(rows: Sequence[Row], checks: Sequence[Check]) -> list[str]:
-    """The report's "Calibration" section: the table, or one paragraph saying the results hold no calibration figure.
-
-    Args:
-        rows: the report's rows.
-        checks: this version's checks (`pitfalls.calibration.run.all_checks`).
-
-    Returns:
-        Markdown lines.
-    """
-    table = calibration_table(rows, checks)
-    lines = ["## Calibration", ""]
-    if not table:
-        return lines + [_NO_FIGURE, ""]
-    lines += [
-        "Each check of `pitfalls calibrate` runs a known-answer workload through the code path of a published figure; "
-        "its error is how far the figure read from the planted value (relative, or in the check's unit). The "
-        "tolerance and the verdict are this version's; the figure is the newest the results hold, per machine. See "
-        "the suite's docs/methodology.md.",
-        "",
-        "From " + ", ".join(f"`{name}`" for name in sorted({r.benchmark for r in rows if is_calibration_error(r)}))
-        + ".",
-        "",
-        "| check | error | tolerance | verdict | machine | commit | environment |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for line in table:
-        verdict = f"{line.verdict}: {line.reason}" if line.reason else line.verdict
-        cells = [line.check, _amount(line.error, line.unit), _tolerance(line), verdict,
-                 f"`{line.machine}`" if line.machine else "-", f"`{line.commit[:8]}`" if line.commit else "-",
-                 line.env or "-"]
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    failed = sum(line.verdict == FAIL for line in table)
-    measured = sum(line.verdict in (PASS, FAIL) for line in table)
-    lines += ["", f"{measured - failed} of {measured} measured checks within tolerance; {len(table) - measured} n/a.",
-              ""]
     return lines

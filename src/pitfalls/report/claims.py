@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pitfalls.markdown import table
 from pitfalls.report.rows import OK, Row
 
 __all__ = ["CLAIMS", "MARK_BEGIN", "MARK_END", "Claim", "Reading", "claims_markdown", "machine_sources",
@@ -350,7 +351,7 @@ def claims_markdown(sources: Sequence[Source]) -> str:
     columns = [source.machine for source in sources]
     has_gpu = any(not name.startswith("cpu") for name in columns)
     header = ["Article", "Claim (article's hardware)", *columns, *([] if has_gpu else [GPU_PLACEHOLDER]), "Why"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    body = []
     for claim in CLAIMS:
         readings = [claim.read(source) for source in sources]
         cells = [_cell(claim, reading) for reading in readings]
@@ -359,8 +360,8 @@ def claims_markdown(sources: Sequence[Source]) -> str:
         # The reason of the reading that earns a verdict, else of the first one there is.
         telling = [r for r in readings if r is not None and r.at_article_size] or [r for r in readings if r]
         why = telling[0].reason if telling else ""
-        lines.append("| " + " | ".join([claim.article, f"{claim.text} ({claim.hardware})", *cells, why]) + " |")
-    return "\n".join(lines) + "\n"
+        body.append([claim.article, f"{claim.text} ({claim.hardware})", *cells, why])
+    return "\n".join(table(header, body)) + "\n"
 
 
 def readme_block(results: str | os.PathLike[str], proof: str | os.PathLike[str]) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pitfalls.markdown import table
 from pitfalls.report.loading import read_results
 from pitfalls.report.rows import Row
 
@@ -103,7 +104,7 @@ def ladder_lines(rows: Sequence[Row]) -> list[str]:
     shown_workers = " / ".join(map(str, counts))
     header = ["rung", *varying, *(f"{c.heading}, {shown_workers} workers" if i == 0 else f"{c.heading}, {shown_workers}"
                                   for i, c in enumerate(COLUMNS))]
-    table = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    body: list[list[str]] = []
     empty: list[str] = []
 
     def values(column: Column, line: tuple[tuple[str, Any], ...]) -> list[float | None]:
@@ -121,12 +122,12 @@ def ladder_lines(rows: Sequence[Row]) -> list[str]:
         if all(v is None for cell in cells for v in cell):
             empty.append(f"`{named['variant']}`" + (f" ({label})" if label else ""))
             continue
-        table.append("| " + " | ".join([f"`{named['variant']}`", *(str(named[name]) for name in varying),
-                                        *(_cell(cell, c.digits) for cell, c in zip(cells, COLUMNS, strict=True))])
-                     + " |")
+        body.append([f"`{named['variant']}`", *(str(named[name]) for name in varying),
+                     *(_cell(cell, c.digits) for cell, c in zip(cells, COLUMNS, strict=True))])
+    shown = table(header, body)
     if empty:
-        table += ["", "No figure on this machine (n/a in every column): " + ", ".join(empty) + "."]
-    return table
+        shown += ["", "No figure on this machine (n/a in every column): " + ", ".join(empty) + "."]
+    return shown
 
 
 def main(argv: Sequence[str] | None = None, out: Callable[[str], object] = print) -> int:

@@ -18,6 +18,7 @@ from typing import Any
 
 from asv import util as asv_util
 
+from pitfalls.markdown import table as markdown_table
 from pitfalls.report.calibration_errors import is_calibration_error
 from pitfalls.report.loading import LoadedResults
 from pitfalls.report.rows import FAILED, FLOOR, OK, SKIPPED, Row, baseline_variant, checked_rows, env_label, group
@@ -115,16 +116,6 @@ def _figure_heading(row: Row, baseline: str) -> str:
 def _figure_order(key: str) -> tuple[int, str]:
     order = list(_FIGURES)
     return (order.index(key), key) if key in order else (len(order), key)
-
-
-def _md_cell(value: Any) -> str:
-    return str(value).replace("|", "\\|")
-
-
-def _md_table(header: Sequence[str], body: Iterable[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(_md_cell(h) for h in header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
-    lines += ["| " + " | ".join(_md_cell(c) for c in line) + " |" for line in body]
-    return lines
 
 
 def _date(value: dt.datetime | None) -> str:
@@ -261,7 +252,7 @@ def _tables(rows: Sequence[Row], title: str) -> list[str]:
         if skips.everything:
             lines += [f"{figures_text}: n/a (skipped) for every case ({len(skips.cases)} cases).", ""]
             continue
-        lines += _md_table(list(names) + [c.heading for c in columns], body)
+        lines += markdown_table(list(names) + [c.heading for c in columns], body)
         lines.append("")
         lines += skips.lines(f"{figures_text}: n/a (skipped)")
         for note in notes:
@@ -348,7 +339,7 @@ def comparison_markdown(rows: Sequence[Row]) -> str:
                 ratio = f"{b.value / a.value:.2f}" if a and b and a.value and b.value is not None else "n/a"
                 body.append([str(v) for v in case] + texts + [ratio])
             lines += [f"#### {family}: {benchmark.rsplit('.', 1)[-1]}", "", f"Benchmark: `{benchmark}`.", ""]
-            lines += _md_table(names + [f"time, {label}" for label in labels] + ["ratio"], body)
+            lines += markdown_table(names + [f"time, {label}" for label in labels] + ["ratio"], body)
             lines.append("")
             lines += skips.lines("n/a (skipped) in every environment")
     return "\n".join(lines)
@@ -394,11 +385,17 @@ def _run_lines(env_rows: Sequence[Row], loaded: LoadedResults) -> list[str]:
     return lines + [""]
 
 
-def _calibration_lines(rows: Sequence[Row]) -> list[str]:
-    from pitfalls.calibration.run import all_checks
-    from pitfalls.report.calibration_errors import calibration_lines
+def _calibration_lines(rows: Sequence[Row], proof: Path | None) -> list[str]:
+    # Imported here: the table knows every check, so every family; reading results needs none of them.
+    from pitfalls.report.calibration_table import calibration_lines
 
-    return calibration_lines(rows, all_checks())
+    benchmarks = sorted({r.benchmark for r in rows if is_calibration_error(r)})
+    sources = ["From " + ", ".join(f"`{name}`" for name in benchmarks) + ".", ""] if benchmarks else []
+    return ["## Calibration", "", "Each check of `pitfalls calibrate` runs a known-answer workload through the code "
+            "path of a published figure; its error is how far the figure read from the planted value (relative, or "
+            "in the check's unit). The tolerance and the verdict are this version's; the figure is the newest the "
+            "results hold, per machine. See the suite's docs/methodology.md.", "",
+            *sources, *calibration_lines(rows, proof), ""]
 
 
 def _uncalibrated_lines(rows: Sequence[Row]) -> list[str]:
@@ -416,6 +413,7 @@ def _uncalibrated_lines(rows: Sequence[Row]) -> list[str]:
 def summary_markdown(
     rows: LoadedResults | Sequence[Row],
     charts_by_family: Mapping[tuple[str, str, str, str], Sequence[str]] | None = None,
+    proof: Path | None = None,
 ) -> str:
     """The report as markdown: what was left out, then per machine and run (newest first) the family tables, then
     the comparison across torch versions.
@@ -425,6 +423,7 @@ def summary_markdown(
             environments are compared).
         charts_by_family: optional (machine, env, commit, family) -> image paths (relative to the markdown file)
             to link under the family's tables.
+        proof: the folder of committed `pitfalls calibrate` outputs, columns of the calibration table (None: none).
 
     Returns:
         The markdown text.
@@ -462,7 +461,7 @@ def summary_markdown(
                 ]
             for name, other_rows in others.items():
                 lines += _tables(other_rows, f"other: {name}")
-    lines += _calibration_lines(loaded.rows)
+    lines += _calibration_lines(loaded.rows, proof)
     lines += _uncalibrated_lines(loaded.rows)
     comparison = comparison_markdown(loaded.compared)
     if comparison:

@@ -7,7 +7,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from pitfalls.report.calibration_table import calibration_lines
 from pitfalls.report.claims import claims_markdown, machine_sources
 from pitfalls.report.loading import read_results
 from pitfalls.report.markdown import summary_markdown
@@ -76,14 +75,6 @@ def write_report(
     proof = Path(proof_dir) if proof_dir is not None else results.parent / "proof"
     claims = claims_markdown(machine_sources(results, proof, rows=loaded.rows))
     atomic_write(out / "claims.md", lambda p: p.write_text(claims, encoding="utf-8"))
-    head, _, rest = summary_markdown(loaded, linked).partition("\n")
+    head, _, rest = summary_markdown(loaded, linked, proof).partition("\n")
     text = f"{head}\n\n## The articles' claims, measured (claims.md)\n\n{claims}{rest}"
-    text += "\n".join(["", "## The calibration table, every check", "", *_calibration_runs(loaded.rows, proof), ""])
     return atomic_write(out / "README.md", lambda p: p.write_text(text, encoding="utf-8"))
-
-
-def _calibration_runs(rows: Sequence[Row], proof: Path) -> list[str]:
-    """Every check with its errors: asv's series (the shared instruments' checks) and the committed
-    ``pitfalls calibrate --json`` runs under ``proof/`` (the families' own checks, published there), the table the
-    docs print."""
-    return calibration_lines(rows, proof)
