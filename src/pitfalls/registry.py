@@ -130,8 +130,3 @@ def variants(name: str) -> tuple[str, ...]:
 def baseline(name: str) -> str:
     """Return the name of a family's naive variant, the one every other is compared with."""
     return family(name).baseline
-
-
-def check_variant(family_name: str, variant: str) -> str:
-    """Return ``variant`` if the family has it (or it is the floor), else raise ValueError listing them."""
-    return family(family_name).check_case(variant)

@@ -152,11 +152,6 @@ class ColdRead:
     left_resident: int
 
     @property
-    def extra_per_file_s(self) -> float:
-        """What a cold read adds per file."""
-        return (self.cold_s - self.warm_s) / self.files
-
-    @property
     def ratio(self) -> float:
         """Cold time over warm time."""
         return self.cold_s / self.warm_s

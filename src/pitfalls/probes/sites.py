@@ -231,12 +231,6 @@ def _stack_frames(
     return None, (), passed_engine
 
 
-def _stack_key(frame: FrameType | None) -> tuple[_Key | None, bool]:
-    """The innermost user frame from `frame` outwards, and whether the engine's entry was passed to reach it."""
-    key, _, passed_engine = _stack_frames(frame)
-    return key, passed_engine
-
-
 def _forward_frames(node: object) -> tuple[_Key | None, tuple[_Key, ...]]:
     metadata = getattr(node, "metadata", None)
     entries = metadata.get("traceback_") if isinstance(metadata, dict) else None
@@ -249,10 +243,6 @@ def _forward_frames(node: object) -> tuple[_Key | None, tuple[_Key, ...]]:
         if is_user_file(key[0]):
             return key, _callers([(k, _is_boundary(k[0])) for k in keys[index + 1:]])
     return None, ()
-
-
-def _forward_key(node: object) -> _Key | None:
-    return _forward_frames(node)[0]
 
 
 def _current_autograd_node() -> object | None:

@@ -315,13 +315,6 @@ UPDATE_RTOL = 1e-9
 GATE_STEPS = 2  # the second step is the first to use the momentum buffer
 
 
-def one_step_update(runner: Runner, config: StepConfig) -> dict[str, Tensor]:
-    """Run one step and return how much it moved each weight (new minus initial)."""
-    initial = initial_net(config).state_dict()
-    runner()
-    return {name: value - initial[name] for name, value in runner.state().items()}
-
-
 def updates_after(runner: Runner, config: StepConfig, steps: int = GATE_STEPS) -> list[dict[str, Tensor]]:
     """Run ``steps`` steps; return each process's (each rank's) weights moved from the initial ones and its
     momentum buffers, rank 0 first."""
