@@ -16,6 +16,7 @@ from pathlib import Path
 from pitfalls.docs.blocks import Block, fill
 from pitfalls.docs.corpus_table import corpus_lines
 from pitfalls.docs.links import broken_links
+from pitfalls.docs.layers_table import layer_lines
 from pitfalls.docs.loader_tables import byte_lines, ladder_of
 from pitfalls.docs.picture import chart_of, draw, fingerprint, png_fingerprint
 from pitfalls.docs.registry_tables import benchmark_lines, builtin_family, families_lines, family_lines
@@ -141,6 +142,7 @@ KINDS: dict[str, Kind] = {
     "calibration": lambda docs, _page: calibration_lines(docs.rows, docs.root / "proof"),
     "corpus": lambda docs, _page: corpus_lines(docs.root / "proof"),
     "restarts": lambda docs, _page: restart_lines(docs.root / "benchmarks" / "series.json"),
+    "layers": lambda docs, _page: layer_lines(docs.root / "pyproject.toml"),
     "results-index": lambda docs, page: results_lines(docs.root, page),
     "proof-index": lambda docs, page: proof_lines(docs.root, page),
     "picture": lambda docs, page, results_file, benchmark: docs.picture(page, results_file, benchmark),
