@@ -52,6 +52,7 @@ def _copy(tmp_path: Path) -> Path:
     (tmp_path / "benchmarks").mkdir()
     shutil.copy(ROOT / "benchmarks" / "series.json", tmp_path / "benchmarks")
     shutil.copy(README, tmp_path / "README.md")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)  # the layers table's source
     return tmp_path
 
 

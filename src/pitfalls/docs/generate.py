@@ -15,8 +15,8 @@ from pathlib import Path
 
 from pitfalls.docs.blocks import Block, fill
 from pitfalls.docs.corpus_table import corpus_lines
-from pitfalls.docs.links import broken_links
 from pitfalls.docs.layers_table import layer_lines
+from pitfalls.docs.links import broken_links
 from pitfalls.docs.loader_tables import byte_lines, ladder_of
 from pitfalls.docs.picture import chart_of, draw, fingerprint, png_fingerprint
 from pitfalls.docs.registry_tables import benchmark_lines, builtin_family, families_lines, family_lines
