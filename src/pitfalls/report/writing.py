@@ -83,7 +83,7 @@ def write_report(
 
 
 def _calibration_runs(rows: Sequence[Row], proof: Path) -> list[str]:
-    """Every check with its errors: asv's series (the shared instruments' checks) and the committed
-    ``pitfalls calibrate --json`` runs under ``proof/`` (the families' own checks, published there), the table the
-    docs print."""
+    """Every check with its errors: asv's series (the shared instruments' checks) and the committed runs under
+    ``proof/`` (``pitfalls calibrate --json`` outputs: the families' own checks, published there; a GPU run's CUDA
+    rows), the table the docs print."""
     return calibration_lines(rows, proof)
