@@ -11,7 +11,7 @@ docs' tables, the report, the claims table and the merge read ``proof/`` through
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,10 +32,6 @@ _FACTS = frozenset({"device", "machine", "kind", "budget_s", "date", "commit", "
 _PIECE_OF = {"syncs": "proof syncs", "corpus": CORPUS, "gate": "proof gate", "nvml": "proof nvml",
              "timing": "proof timing", "speedups": "proof speedups", "scan_loader": "proof scan_loader",
              "loader step cost": "proof loader step cost", "calibration": CALIBRATION}
-
-
-def _skipped(outcome: Any) -> bool:
-    return isinstance(outcome, Mapping) and set(outcome) == {"skipped"}
 
 
 @dataclass(frozen=True)
@@ -70,7 +66,8 @@ class ProofRun:
 
     def measured(self) -> list[str]:
         """The pieces with an outcome other than a skip (figures, an error, rows of a stopped piece), in order."""
-        return [piece for piece, outcome in self.outcomes.items() if not _skipped(outcome)]
+        return [piece for piece, outcome in self.outcomes.items()
+                if not (isinstance(outcome, Mapping) and set(outcome) == {"skipped"})]
 
     def environment(self) -> dict[str, Any]:
         """The machine and stack the run measured on (`pitfalls.probes.environment`'s facts: ``gpus``,
@@ -115,18 +112,11 @@ def read_proof(folder: Path, name: str | None = None) -> ProofRun:
     return ProofRun(folder.name if name is None else name, facts, outcomes, ledger, outputs)
 
 
-def _folders(proof: Path) -> Iterator[Path]:
-    for pattern in (FIGURES, LEDGER, CALIBRATE):
-        for path in proof.glob(f"**/{pattern}"):
-            yield path.parent
-
-
 def read_proofs(proof: Path) -> list[ProofRun]:
     """Every folder under ``proof`` that holds a GPU run's figures, ledger or calibration output, by path.
 
     Args:
         proof: the ``proof/`` folder (missing: no runs).
     """
-    if not proof.is_dir():
-        return []
-    return [read_proof(folder, folder.relative_to(proof).as_posix()) for folder in sorted(set(_folders(proof)))]
+    folders = {path.parent for pattern in (FIGURES, LEDGER, CALIBRATE) for path in proof.glob(f"**/{pattern}")}
+    return [read_proof(folder, folder.relative_to(proof).as_posix()) for folder in sorted(folders)]

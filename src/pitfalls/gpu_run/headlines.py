@@ -20,7 +20,7 @@ from pitfalls.gpu_run.sizes import Sizes
 from pitfalls.probes import NvmlSummary, Unavailable
 from pitfalls.registry import family
 
-__all__ = ["loader", "loss", "parallel", "sampler_batched", "sampler_compiled", "sampler_eager"]
+__all__ = ["loader", "loss", "parallel", "sampler"]
 
 
 WARMUP_EAGER, WARMUP_COMPILED = 2, 4
@@ -106,30 +106,15 @@ def loss(device: str, sizes: Sizes) -> list[dict[str, Any]]:
     return rows
 
 
-def _sampler(device: str, sizes: Sizes, batched: bool, compiled: bool) -> list[dict[str, Any]]:
-    """The static sampler against nonzero at each of the sampler's sizes of one form: one row of N items per call,
-    or a batch of rows (nonzero loops over them in Python, static takes them in one call)."""
+def sampler(device: str, sizes: Sizes, *, batched: bool, compiled: bool) -> list[dict[str, Any]]:
+    """Article 004: the static sampler (eager, or torch.compile'd) against eager nonzero (which cannot compile whole)
+    at each of the sampler's sizes of one form: one row of N items per call, or a batch of rows (nonzero loops over
+    them in Python, static takes them in one call)."""
     rows = piece_rows()
     for params in sizes.of("sampler"):
         if (params.get("batch", 1) > 1) == batched:
             _against("sampler", device, sizes, params, ("static",), compiled=compiled, rows=rows)
     return rows
-
-
-def sampler_eager(device: str, sizes: Sizes) -> list[dict[str, Any]]:
-    """Article 004, eager: the static sampler against nonzero at each N, one row of N items per call."""
-    return _sampler(device, sizes, batched=False, compiled=False)
-
-
-def sampler_compiled(device: str, sizes: Sizes) -> list[dict[str, Any]]:
-    """Article 004, compiled: torch.compile'd static against eager nonzero (which cannot compile whole) at each N."""
-    return _sampler(device, sizes, batched=False, compiled=True)
-
-
-def sampler_batched(device: str, sizes: Sizes, compiled: bool = False) -> list[dict[str, Any]]:
-    """Article 004, batched: one static call over the article's batch of rows against nonzero's Python loop over
-    them, at each N."""
-    return _sampler(device, sizes, batched=True, compiled=compiled)
 
 
 def loader(device: str, sizes: Sizes) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from pitfalls.markdown import table
 from pitfalls.result import Unavailable
 
 __all__ = ["ROWS_DONE", "UNFINISHED", "attempt", "is_failure", "piece_rows", "render_rows", "section_text", "value"]
@@ -95,9 +96,7 @@ def render_rows(rows: Sequence[Mapping[str, Any]]) -> str:
     if not rows:
         return "(nothing measured)\n"
     columns = list(dict.fromkeys(key for row in rows for key in row))
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(str(row.get(c, "")) for c in columns) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+    return "\n".join(table(columns, ([row.get(c, "") for c in columns] for row in rows))) + "\n"
 
 
 def _failed(outcome: Mapping[str, Any]) -> str:

@@ -23,11 +23,11 @@ from pitfalls.runner.conf import CONF_NAME, write_staged_conf
 from pitfalls.runner.machine import record_machine
 from pitfalls_asv_main import command as asv_command
 
-__all__ = ["Staged", "StagedRun", "copy_results", "run_staged", "signals_deferred"]
+__all__ = ["Staged", "StagedRun", "run_staged"]
 
 
 @contextmanager
-def signals_deferred() -> Iterator[None]:
+def _signals_deferred() -> Iterator[None]:
     """Hold SIGTERM and SIGINT back (they arrive when this ends): a merge must not stop half-way."""
     held = {signal.SIGTERM, signal.SIGINT}
     signal.pthread_sigmask(signal.SIG_BLOCK, held)
@@ -35,16 +35,6 @@ def signals_deferred() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
-
-
-def copy_results(results_dir: Path, staged: Path) -> None:
-    """Copy the results folder for asv to add to (an empty folder when there is none yet)."""
-    # asv reads earlier results (which commits exist, what to skip) and adds to them; no lock is needed for the
-    # copy: every file under results/ is replaced by an atomic rename, so each copy is of one whole version.
-    if results_dir.is_dir():
-        shutil.copytree(results_dir, staged, ignore=shutil.ignore_patterns(store.LOCK_NAME, "*.partial-*"))
-    else:
-        staged.mkdir(parents=True)
 
 
 @dataclass(frozen=True)
@@ -106,7 +96,12 @@ def run_staged(run: StagedRun, launch: Callable[[Sequence[str]], int],
     Raises:
         RunnerError: the merge could not be written; the measured results stay in ``run.staged_results``.
     """
-    copy_results(run.results, run.staged_results)
+    # asv reads earlier results (which commits exist, what to skip) and adds to them; no lock is needed for the
+    # copy: every file under results/ is replaced by an atomic rename, so each copy is of one whole version.
+    if run.results.is_dir():
+        shutil.copytree(run.results, run.staged_results, ignore=shutil.ignore_patterns(store.LOCK_NAME, "*.partial-*"))
+    else:
+        run.staged_results.mkdir(parents=True)
     before = store.snapshot(run.staged_results)
     if run.facts is not None:
         record_machine(run.machine, run.staged_results, dict(run.facts))
@@ -115,7 +110,7 @@ def run_staged(run: StagedRun, launch: Callable[[Sequence[str]], int],
     if status not in (0, 2):
         return Staged(status, None)
     with store.locked(run.results):
-        with signals_deferred():
+        with _signals_deferred():
             merged = store.merge_into(run.staged_results, run.results, before=before)
             on_merged(merged)
         after = after_merge(merged)
