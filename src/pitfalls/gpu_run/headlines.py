@@ -84,7 +84,7 @@ def _against(name: str, device: str, sizes: Sizes, params: Mapping[str, Any], ca
                        "speedup": round(result.ratio, 3), "naive_sync_hazards": naive_figures["sync_hazards"],
                        "naive_cuda_syncs": naive_figures["cuda_syncs"]}
                 if not compiled:
-                    row.update({f"variant_{key}": value for key, value in _syncs(candidate).items()})
+                    row.update({f"variant_{key}": figure for key, figure in _syncs(candidate).items()})
                 if extra is not None:
                     row.update(extra(naive, candidate))
                 rows.append(row)
