@@ -28,7 +28,7 @@ from typing import Any
 from pitfalls.gpu_run import checks, headlines, syncs
 from pitfalls.gpu_run.outcome import attempt, is_failure
 from pitfalls.gpu_run.plan import Piece
-from pitfalls.gpu_run.sizes import Sizes, sizes_for
+from pitfalls.gpu_run.sizes import ON_GPU, REHEARSAL, Sizes
 from pitfalls.gpu_run.slices import AsvSlice, cuda_calibration_selection, run_slice
 from pitfalls.scan_loader.proof import pinned_against_unpinned
 from pitfalls_asv_main import atomic_write
@@ -64,7 +64,8 @@ class Context:
 
     @property
     def sizes(self) -> Sizes:
-        return sizes_for(self.device)
+        """The articles' sizes on CUDA, the rehearsal's elsewhere."""
+        return ON_GPU if self.device == "cuda" else REHEARSAL
 
 
 Measure = Callable[[Context], Any]

@@ -63,12 +63,11 @@ _ENVIRONMENT = "import json; from pitfalls.probes.environment import environment
 def _environment() -> dict[str, Any]:
     """torch and its git version, CUDA, cuDNN, driver, GPUs, CPU, Python, container image and the suite's commit,
     read in a child (this process never touches CUDA); the reason, when the child could not read them."""
-    done = subprocess.run([sys.executable, "-c", _ENVIRONMENT], capture_output=True, text=True, timeout=300,
-                          check=False)
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-        return {"unavailable": f"the environment could not be read: {last}"}
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    done = subprocess.run([sys.executable, "-c", _ENVIRONMENT], capture_output=True, text=True, timeout=300)
+    if done.returncode == 0:
+        return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    said = (done.stderr.strip() or "no output").splitlines()[-1]
+    return {"unavailable": f"the environment could not be read: {said}"}
 
 
 def _facts(device: str, budget_s: float, root: Path) -> dict[str, Any]:

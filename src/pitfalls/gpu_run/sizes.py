@@ -10,7 +10,7 @@ from typing import Any
 from pitfalls.probes.timing import BLOCKED_SECONDS
 from pitfalls.registry import family
 
-__all__ = ["ON_GPU", "REHEARSAL", "Sizes", "sizes_for"]
+__all__ = ["ON_GPU", "REHEARSAL", "Sizes"]
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,3 @@ ON_GPU = Sizes(article=True, rounds=10, nvml_seconds=3.0, busy_seconds=2.0, spee
 REHEARSAL = Sizes(article=False, rounds=3, nvml_seconds=0.2, busy_seconds=0.2, speedup_seconds=0.0, host_seconds=0.05,
                   small={"sampler": tuple({"n": n, "batch": batch} for batch in (1, 32) for n in (1_000, 10_000)),
                          "loader": ({"image_size": 32, "batch": 4, "items": 8, "num_workers": 1},)})
-
-
-def sizes_for(device: str) -> Sizes:
-    """The articles' sizes on CUDA, the rehearsal's elsewhere."""
-    return ON_GPU if device == "cuda" else REHEARSAL
