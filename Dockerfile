@@ -6,7 +6,7 @@
 # default pairs the suite with torch 2.14.1 (CUDA 13.0, cuDNN 9), a version the suite has results for; pin it by
 # digest for a build that can be repeated:
 #   --build-arg BASE_IMAGE=pytorch/pytorch:2.14.1-cuda13.0-cudnn9-runtime@sha256:<digest>
-# The base's name is kept in PITFALLS_IMAGE, which the probes and scripts/gpu-proof record.
+# The base's name is kept in PITFALLS_IMAGE, which the probes and scripts/gpu-run record.
 ARG BASE_IMAGE=pytorch/pytorch:2.14.1-cuda13.0-cudnn9-runtime
 FROM ${BASE_IMAGE}
 

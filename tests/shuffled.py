@@ -42,12 +42,12 @@ NO_TESTS = 5  # pytest's exit status when nothing was collected
 # The modules that take longest in the parallel phase, measured on the 2-core machine from a fresh clone and HOME
 # (seconds of their tests in that phase, 2 processes): the main job's scripts (114), the asv suite (108), the rank
 # groups (98), the image built and run (90, its Debian base made beside the set-up), scan-loader (66), the GPU
-# proof's dry run (60), the loader (56), the Slurm fleet (49), the installed wheel (39), the merged fleet of two real
-# runs (36). Every other module takes at most 27 s, so none dealt last keeps a process busy long after the others
-# are done.
-LONGEST = ("tests/test_container.py", "tests/test_run_suite.py", "tests/test_parallel.py", "tests/test_gpu_proof.py",
-           "tests/test_slurm_fleet.py", "tests/test_scan_loader.py", "tests/test_asv_suite.py",
-           "tests/test_loader.py", "tests/test_merge.py", "tests/test_wheel.py")
+# run's checks at the rehearsal's sizes (60), the loader (56), the Slurm fleet (49), the installed wheel (39), the
+# merged fleet of two real runs (36). Every other module takes at most 27 s, so none dealt last keeps a process busy
+# long after the others are done.
+LONGEST = ("tests/test_container.py", "tests/test_run_suite.py", "tests/test_parallel.py",
+           "tests/test_gpu_run_checks.py", "tests/test_slurm_fleet.py", "tests/test_scan_loader.py",
+           "tests/test_asv_suite.py", "tests/test_loader.py", "tests/test_merge.py", "tests/test_wheel.py")
 
 
 def shuffle(nodes: list[str], seed: int, bucket: str, first: tuple[str, ...] = ()) -> list[str]:

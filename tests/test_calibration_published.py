@@ -118,15 +118,15 @@ def test_a_cuda_check_is_not_run_with_device_cpu_whatever_the_machine_has():
     assert isinstance(error, Unavailable) and error.reason.startswith("not run here")
 
 
-def test_gpu_proof_selects_the_published_cuda_rows_and_no_cpu_row():
+def test_the_gpu_runs_calibration_slice_selects_the_published_cuda_rows_and_no_cpu_row():
     import re
 
-    from pitfalls import gpu_proof
+    from pitfalls.gpu_run.slices import cuda_calibration_selection
 
-    pattern = re.compile(gpu_proof.cuda_calibration_selection())
+    pattern = re.compile(cuda_calibration_selection())
     classes = error_classes(bench_calibration)
     by_name = {c.name: c for c in run.all_checks()}
     selected = {name for cls_name, cls in classes.items() for name in cls.params[0]
                 if pattern.search(f"bench_calibration.{cls_name}.track_error({name!r})")}
     assert selected == {name for name, check in by_name.items() if check.device == CUDA}
-    assert selected  # the table has CUDA rows for the GPU proof to run
+    assert selected  # the table has CUDA rows for the GPU run to run

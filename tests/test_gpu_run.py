@@ -4,6 +4,7 @@ processes, its command line, and its pieces against the suite they slice."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -122,8 +123,8 @@ def test_a_piece_stopped_by_the_budget_leaves_the_earlier_pieces_results_intact(
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pitfalls.gpu_run", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    return subprocess.run(["bash", "scripts/gpu-run", *args], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**os.environ, "PYTHON": sys.executable})
 
 
 @pytest.mark.parametrize(("args", "said"), [
@@ -160,7 +161,9 @@ def test_merge_of_something_that_is_no_run_says_so(tmp_path: Path) -> None:
 
 def test_every_slice_is_a_class_of_the_suite_and_selects_its_device_cases() -> None:
     suite = json.loads((ROOT / "results" / "benchmarks.json").read_text())
-    slices = [s for s in catalogue._LOSS_SAMPLER + catalogue._COMPILE + catalogue._LOADER]
+    slices = [*catalogue._LOSS_SAMPLER, *catalogue._COMPILE, *catalogue._LOADER, *catalogue._PARALLEL,
+              *catalogue._CALIBRATION]
+    assert {s.name for s in slices} == {p.name for p in catalogue.PIECES if p.name.startswith("asv ")}
     for piece in slices:
         names = [name for name in suite if name.startswith(f"{piece.module}.{piece.cls}.")]
         assert names, f"{piece.name}: no such benchmark class"

@@ -1,5 +1,6 @@
 """The budgeted GPU run rehearsed on this machine, as a lent GPU machine would run it: the same command with
-``--device cpu --budget 30``, its archive merged into a results folder that ``pitfalls report`` reads.
+``--device cpu --budget 30``, its archive merged into a results folder that ``pitfalls report`` reads; and the
+pieces whose rows the docs' tables read, merged into a clone of the checkout whose generated pages then show them.
 
 It is not timed: it checks from the run's own plan and ledger that no piece started when its cost exceeded the time
 left, and that every piece is accounted for (done, over budget with its reason, or failed with its log)."""
@@ -7,6 +8,8 @@ left, and that every piece is accounted for (done, over budget with its reason, 
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,9 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sandbox import make_sandbox
 
 from pitfalls.gpu_run.pieces import PIECES
 from pitfalls.gpu_run.plan import DONE, MARGIN_S, OVER_BUDGET
+from pitfalls.markdown import table
+from pitfalls.proofs import CALIBRATION, CORPUS, read_proof, read_proofs
 
 ROOT = Path(__file__).resolve().parents[1]
 # The loss slice's cheap pieces and two headlines fit, its step and speedup slices do not: both kinds of entry, pieces
@@ -59,17 +65,28 @@ def test_no_piece_started_when_its_cost_exceeded_the_time_left(rehearsal: dict[s
     assert "done:" in summary and "over budget:" in summary
 
 
+def _gpu_run(*args: str, cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", "scripts/gpu-run", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHON": sys.executable})
+
+
+def _merge(archive: Path, repo: Path, *more: str) -> subprocess.CompletedProcess[str]:
+    """``scripts/gpu-run merge`` into the folders of ``repo`` (its defaults are this checkout's)."""
+    return _gpu_run("merge", str(archive), "--results", str(repo / "results"), "--proof", str(repo / "proof"),
+                    "--costs", str(repo / "proof" / "costs.json"), "--readme", str(repo / "README.md"), "--no-publish",
+                    *more)
+
+
 def test_its_archive_merges_into_a_results_folder_that_the_report_reads(rehearsal: dict[str, Any]) -> None:
     base = rehearsal["base"]
     readme = base / "README.md"
     shutil.copy(ROOT / "README.md", readme)
-    costs = base / "costs.json"
+    costs = base / "proof" / "costs.json"
+    costs.parent.mkdir()
     shutil.copy(ROOT / "proof" / "costs.json", costs)
-    merged = subprocess.run([sys.executable, "-m", "pitfalls.gpu_run", "merge", str(rehearsal["archive"]),
-                             "--results", str(base / "results"), "--proof", str(base / "proof"), "--costs",
-                             str(costs), "--readme", str(readme), "--no-publish"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    merged = _merge(rehearsal["archive"], base)
     assert merged.returncode == 0, merged.stderr[-3000:]
+    assert f"claims table regenerated in {readme}" in merged.stdout
     machine = rehearsal["ledger"]["machine"]
     files = [p for p in (base / "results" / machine).glob("*.json") if p.name != "machine.json"]
     assert len(files) == 1
@@ -86,3 +103,49 @@ def test_its_archive_merges_into_a_results_folder_that_the_report_reads(rehearsa
     # The first slice of the plan is the loss family's: its figures reached the report's folder.
     results = json.loads(files[0].read_text())["results"]
     assert any(name.startswith("bench_loss.") for name in results)
+
+
+def _column(page: str, marker: str, header: str) -> dict[str, str]:
+    """A generated table's column by its header: first cell of each row -> that column's cell."""
+    lines = page[page.index(marker):].splitlines()[1:]
+    body = lines[:next(i for i, line in enumerate(lines) if not line.startswith("|"))]
+    rows = [re.split(r"(?<!\\)\|", line.strip())[1:-1] for line in body]
+    names = [cell.strip() for cell in rows[0]]
+    assert header in names, f"no column {header!r} in {names}"
+    return {row[0].strip(): row[names.index(header)].strip() for row in rows[2:]}
+
+
+def _cell(value: Any) -> str:
+    """A value as the docs' table builder writes it in a cell."""
+    return table(("x",), ((value,),))[-1][2:-2]
+
+
+def test_a_merged_runs_corpus_and_calibration_rows_reach_the_docs_tables(tmp_path: Path) -> None:
+    # Two cheap pieces alone (the budgeted rehearsal above may leave them out): what the docs' tables read.
+    out, archive = tmp_path / "run", tmp_path / "gpu-run.tar.gz"
+    ran = _gpu_run(str(out), "--budget", "120", "--device", "cpu", "--only", f"{CORPUS},{CALIBRATION}", "--archive",
+                   str(archive))
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    run = read_proof(out)
+    corpus, calibration = run.corpus_syncs(), run.calibration_rows()
+    assert corpus and calibration and all(name.startswith("cuda: ") for name in calibration)
+    repo = make_sandbox(tmp_path / "repo")
+    before = {r.name for r in read_proofs(repo / "proof")}
+    merged = _merge(archive, repo)
+    assert merged.returncode == 0, merged.stderr[-3000:]
+    [kept] = {r.name for r in read_proofs(repo / "proof")} - before
+    written = subprocess.run([sys.executable, "-m", "pitfalls.docs", "--write"], cwd=repo, capture_output=True,
+                             text=True, timeout=300)
+    assert written.returncode == 0, written.stdout[-2000:] + written.stderr[-2000:]
+    # The corpus table: the run's real CUDA syncs of each construct (on a CPU, why there are none) in its column.
+    scan = (repo / "docs" / "scan.md").read_text()
+    column = _column(scan, "<!-- generated by python -m pitfalls.docs: corpus -->",
+                     f"real CUDA syncs, `proof/{kept}`")
+    assert sorted(column.values()) == sorted(_cell(value) for value in corpus.values())
+    # The calibration table: each CUDA check's row as the run read it.
+    methodology = (repo / "docs" / "methodology.md").read_text()
+    column = _column(methodology, "<!-- generated by python -m pitfalls.docs: calibration -->", f"`proof/{kept}`")
+    assert all(row["error"] is None for row in calibration.values())  # no CUDA device: each row says why
+    assert {check: column[check] for check in calibration} == {
+        check: _cell(f"{row['verdict']}: {row['reason']}".rstrip(": ")) for check, row in calibration.items()}
+    assert all(cell == "-" for check, cell in column.items() if check not in calibration)

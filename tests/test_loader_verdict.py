@@ -292,11 +292,13 @@ def test_workers_that_copy_nothing_read_na_not_a_number() -> None:
 # A planted time read against its plan: in the serial phase, where no other test shares the cores (a 2 ms step
 # read 5.2 ms, a median, beside the parallel phase's tests).
 @pytest.mark.serial
-def test_the_gpu_proof_reads_the_planted_step_and_the_verdict_with_it() -> None:
-    """Its CPU dry run: the clock spin (on a GPU, the sized matmul loop) against its planted time, then verdicts."""
-    from pitfalls import gpu_proof
+def test_the_gpu_runs_step_cost_piece_reads_the_planted_step_and_the_verdict_with_it() -> None:
+    """At the rehearsal's sizes: the clock spin (on a GPU, the sized matmul loop) against its planted time, then
+    verdicts."""
+    from pitfalls.gpu_run.checks import loader_step_cost
+    from pitfalls.gpu_run.sizes import REHEARSAL
 
-    rows = gpu_proof.loader_step_cost("cpu", gpu_proof.DRY_RUN_SIZES)
+    rows = loader_step_cost("cpu", REHEARSAL)
     timed = [r for r in rows if "ratio" in r]
     assert [r["model_ms"] for r in timed] == [2, 10, 50]
     # A deadline cannot end early; a loaded machine can preempt a call past its end (medians seen here: up to 1.05;

@@ -250,21 +250,21 @@ def test_the_largest_batch_search_measures_and_is_not_stopped_by_the_estimate(mo
 
 
 def test_the_proofs_largest_batch_reads_the_search_bound_and_a_skip_as_what_they_are(monkeypatch):
-    from pitfalls import gpu_proof
+    from pitfalls.gpu_run.checks import largest_global_batch
 
     params = {"world_size": 2, "image_size": 512}
     monkeypatch.setattr(parallel_memory, "fits_on_gpu", lambda *a: lambda n: n <= 37)
-    assert gpu_proof.largest_global_batch(DDP, params) == 74
+    assert largest_global_batch(DDP, params) == 74
     monkeypatch.setattr(parallel_memory, "fits_on_gpu", lambda *a: lambda n: True)
     limit = parallel_memory.BATCH_LIMIT
-    assert gpu_proof.largest_global_batch(DDP, params) == (
+    assert largest_global_batch(DDP, params) == (
         f">= {2 * limit} (the search stops at {limit} images per rank)")
 
     def skipped(n: int) -> bool:
         raise SkipCase("world_size=2 needs 2 CUDA devices; this machine has 1")
 
     monkeypatch.setattr(parallel_memory, "fits_on_gpu", lambda *a: skipped)
-    assert gpu_proof.largest_global_batch(DDP, params) == (
+    assert largest_global_batch(DDP, params) == (
         "unavailable: world_size=2 needs 2 CUDA devices; this machine has 1")
 
 

@@ -68,7 +68,7 @@ BAD = [
     (("pitfalls.cli", "calibrate", "--only", "bogus"), "--only 'bogus' is not a check"),
     (("pitfalls.cli", "probe", "sampler", "static", "--n", "-5"), "n=-5 is not allowed"),
     (("pitfalls.gpu_run", "OUT", "--budget", "soon", "--device", "cpu"), "'soon' is not a number of seconds"),
-    (("pitfalls.gpu_run", "merge", "no/such/archive.tar.gz"), "no such archive or folder"),
+    (("pitfalls.report.gpu_merge", "no/such/archive.tar.gz"), "no such archive or folder"),
     (("pitfalls.series_guard", "bogus"), "invalid choice: 'bogus'"),
     (("pitfalls.docs", "--bogus"), "unrecognized arguments: --bogus"),
 ]

@@ -122,11 +122,13 @@ def test_an_adamw_step_scans_with_no_sync_in_the_optimizer_whether_named_as_step
     assert report["hazards"][0]["op"] == ".item()"
 
 
-def test_gpu_proof_runs_the_corpus_and_reports_its_agreement_or_why_not() -> None:
-    from pitfalls import gpu_proof
+def test_the_gpu_runs_corpus_piece_reports_its_agreement_or_why_not() -> None:
     from pitfalls.devices import cuda_available
+    from pitfalls.gpu_run.outcome import render_rows
+    from pitfalls.gpu_run.sizes import REHEARSAL
+    from pitfalls.gpu_run.syncs import scan_corpus_on_device
 
-    found = gpu_proof.scan_corpus_on_device("cpu", gpu_proof.DRY_RUN_SIZES)
+    found = scan_corpus_on_device("cpu", REHEARSAL)
     rows = {row["construct"]: row for row in found["rows"]}
     assert set(rows) == {c.name for c in (*scan_corpus.CORPUS, scan_corpus.HELPER)}
     assert rows["bincount"]["label"] == 2 and rows["bincount"]["cpu_scan"] == 2
@@ -138,5 +140,5 @@ def test_gpu_proof_runs_the_corpus_and_reports_its_agreement_or_why_not() -> Non
     if not cuda_available():
         assert found["agreement"]["against real CUDA syncs"].startswith("unavailable: no CUDA device")
         assert all(row["cuda_syncs"].startswith("unavailable") for row in rows.values())
-    report = gpu_proof.render_rows(found["rows"])
+    report = render_rows(found["rows"])
     assert "`return torch.bincount(d.labels)`" in report

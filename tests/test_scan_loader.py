@@ -339,7 +339,7 @@ def test_anatomy_walks_nested_batches():
 
 
 
-def test_gpu_proofs_part_runs_dry_on_the_cpu_with_pinning_n_a():
+def test_the_gpu_runs_scan_loader_piece_runs_on_the_cpu_with_pinning_n_a():
     from pitfalls.scan_loader.proof import pinned_against_unpinned
 
     rows = pinned_against_unpinned("cpu")

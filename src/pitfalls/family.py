@@ -222,7 +222,8 @@ class Family:
         smoke: parameters small enough for `pitfalls check`, the tests and local A/B runs.
         grids: grid name ("quick", "full") -> parameter -> values swept by the asv suite; every grid has the same
             parameters, in the order of the benchmarks' axes.
-        article_sizes: the sizes of the article's headline figures, for the GPU proof.
+        article_sizes: the sizes of the article's headline figures: the budgeted GPU run measures them there, and
+            the claims table gives a verdict only at them (the one place they are written).
         figures: which figures apply (see `ALL_FIGURES`).
         compile_sweep: the parameter the compile benchmark sweeps inside one process to count recompiles.
         unit: what one call of a case is ("step", "call", "batch"), for units such as hazards/step.

@@ -47,7 +47,8 @@ The optimizer steps a training script meets, each over two parameter tensors, la
 `CORPUS` lists them; `HELPER` is a helper called from two lines (its syncs are at its own line, per call site).
 A construct that needs CUDA (`Construct.needs_cuda` says why) is labelled like the others and left out of a run
 on any other device: `runs_on` tells.
-`pitfalls.gpu_proof` runs the same corpus on CUDA under `torch.cuda.set_sync_debug_mode("warn")`.
+``scripts/gpu-run``'s ``proof corpus`` piece (`pitfalls.gpu_run.syncs`) runs the same corpus on CUDA under
+`torch.cuda.set_sync_debug_mode("warn")`.
 """
 
 from __future__ import annotations

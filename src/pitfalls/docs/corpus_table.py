@@ -3,11 +3,11 @@ every committed GPU run counted for it."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from pitfalls.markdown import code, table
+from pitfalls.proofs import read_proofs
 from pitfalls.scan_corpus import CORPUS, HELPER, expected_per_line, line_of, scan_per_line
 
 __all__ = ["corpus_lines"]
@@ -15,12 +15,7 @@ __all__ = ["corpus_lines"]
 
 def _gpu_counts(proof: Path) -> dict[str, dict[str, Any]]:
     """Each committed GPU run's real syncs per construct: its folder -> construct name -> syncs per call."""
-    found: dict[str, dict[str, Any]] = {}
-    for path in sorted(proof.glob("**/figures.json")):
-        corpus = json.loads(path.read_text(encoding="utf-8")).get("corpus")
-        if isinstance(corpus, dict) and corpus.get("rows"):
-            found[path.relative_to(proof).parent.as_posix()] = {r["construct"]: r["cuda_syncs"] for r in corpus["rows"]}
-    return found
+    return {run.name: syncs for run in read_proofs(proof) if (syncs := run.corpus_syncs())}
 
 
 def _count(value: Any) -> str:

@@ -19,8 +19,9 @@ from pitfalls.docs.layers_table import layer_lines
 from pitfalls.docs.links import broken_links
 from pitfalls.docs.loader_tables import byte_lines, ladder_of
 from pitfalls.docs.picture import chart_of, draw, fingerprint, png_fingerprint
+from pitfalls.docs.proof_index import proof_lines
 from pitfalls.docs.registry_tables import benchmark_lines, builtin_family, families_lines, family_lines
-from pitfalls.docs.results_index import proof_lines, results_lines
+from pitfalls.docs.results_index import results_lines
 from pitfalls.docs.results_tables import newest_lines
 from pitfalls.docs.series_table import restart_lines
 from pitfalls.markdown import code, link, relative

@@ -2,8 +2,7 @@
 
 Everything here is read from the files themselves: asv's ``machine.json`` and results files under ``results/``
 (commit, environment, when each benchmark started and how long it ran, which cases were measured), the list of
-edits in ``results/EDITS.md``, and the GPU runs' own records under ``proof/`` (``figures.json``'s environment, a
-budgeted run's ``run.json``, ``pitfalls calibrate --json`` outputs).
+edits in ``results/EDITS.md``. The GPU runs under ``proof/`` have their own index (`pitfalls.docs.proof_index`).
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from typing import Any
 
 from pitfalls.markdown import code, link, table
 
-__all__ = ["proof_lines", "results_lines"]
+__all__ = ["results_lines"]
 
 # How asv's environment names say which command made a file.
 _MADE_BY = {
@@ -26,8 +25,6 @@ _MADE_BY = {
     "virtualenv": "`scripts/run-history` (asv's virtualenv of that torch)",
     "existing": "asv's `existing` environment",
 }
-# Keys of a GPU run's figures.json that are facts of the run, not checks.
-_FACTS = frozenset({"device", "sizes", "environment", "seconds", "machine", "date", "kind"})
 
 
 def _date(ms: float) -> str:
@@ -110,44 +107,3 @@ def results_lines(root: Path, page: Path) -> list[str]:
                   *table(("commit", "commit date", "environment", "made by", "measured", "benchmarks",
                           "cases measured / n/a / failed", "first start to last end", "edited"), body), ""]
     return lines[:-1]
-
-
-def _holds(folder: Path) -> str:
-    held = []
-    figures = folder / "figures.json"
-    if figures.is_file():
-        data = json.loads(figures.read_text(encoding="utf-8"))
-        done = [k for k, v in data.items() if k not in _FACTS and not (isinstance(v, dict) and set(v) == {"skipped"})]
-        held.append("figures of " + ", ".join(done) if done else "no figures")
-    ledger = folder / "run.json"
-    if ledger.is_file():
-        counted = Counter(p["status"] for p in json.loads(ledger.read_text(encoding="utf-8"))["pieces"])
-        held.append("a budgeted run: " + ", ".join(f"{n} {status}" for status, n in counted.items()))
-    for output in sorted(folder.glob("calibrate*.json")):
-        rows = json.loads(output.read_text(encoding="utf-8"))
-        verdicts = Counter(row["verdict"] for row in rows)
-        held.append(f"{code(output.name)}: {len(rows)} calibration rows, "
-                    + ", ".join(f"{n} {verdict}" for verdict, n in verdicts.items()))
-    return "; ".join(held)
-
-
-def _environment(folder: Path) -> list[str]:
-    figures = folder / "figures.json"
-    env = json.loads(figures.read_text(encoding="utf-8")).get("environment", {}) if figures.is_file() else {}
-    if not env:
-        return ["not recorded in its files"] + ["-"] * 3
-    gpus = ", ".join(g["name"] for g in env.get("gpus", ())) if isinstance(env.get("gpus"), list) else "-"
-    return [f"{gpus or '-'} ({env.get('cpu_count', '?')} cores)", f"{env.get('torch')}, CUDA {env.get('cuda')}, "
-            f"driver {env.get('driver')}", code(str(env.get("commit", "?"))[:7]), f"Python {env.get('python')}"]
-
-
-def proof_lines(root: Path, page: Path) -> list[str]:
-    """One line per folder of ``proof/`` that holds a GPU run's outputs: the machine, the stack, what it holds."""
-    proof = root / "proof"
-    folders = sorted({p.parent for pattern in ("figures.json", "run.json", "calibrate*.json")
-                      for p in proof.glob(f"**/{pattern}")})
-    if not folders:
-        return ["No GPU run is committed yet."]
-    return table(("folder", "GPU", "torch", "suite commit", "Python", "holds"),
-                 ((link(code(f.relative_to(root).as_posix()), f.relative_to(root), page), *_environment(f), _holds(f))
-                  for f in folders))

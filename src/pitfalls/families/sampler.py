@@ -346,6 +346,10 @@ def estimate(params: Mapping[str, Any]) -> int:
     return estimate_sample_bytes(params["n"], params["batch"], params["feature_dim"])
 
 
+# The article's sweep: N from 1e3 to 1e7, one row per call and a batch of 32 rows per call.
+ARTICLE_N = (1_000, 10_000, 100_000, 1_000_000, 10_000_000)
+ARTICLE_BATCH = 32
+
 FAMILY = Family(
     name="sampler",
     article="004",
@@ -364,10 +368,9 @@ FAMILY = Family(
     smoke={"n": 1_000, "batch": 1},
     grids={
         "quick": {"n": (1_000, 10_000, 100_000), "batch": (1, 32)},
-        # The article sweeps N from 1e3 to 1e7 and batches 32 rows.
-        "full": {"n": (1_000, 10_000, 100_000, 1_000_000, 10_000_000), "batch": (1, 32)},
+        "full": {"n": ARTICLE_N, "batch": (1, ARTICLE_BATCH)},
     },
-    article_sizes=({"n": 10_000}, {"n": 10_000_000}, {"n": 100_000, "batch": 32}),
+    article_sizes=tuple({"n": n, "batch": batch} for batch in (1, ARTICLE_BATCH) for n in ARTICLE_N),
     compile_sweep="n",
     unit="call",
 )

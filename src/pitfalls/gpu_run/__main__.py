@@ -1,9 +1,11 @@
 """Command line of ``scripts/gpu-run``.
 
     scripts/gpu-run OUT --budget SECONDS [--device cuda|cpu] [--archive FILE] [--only PIECE[,PIECE]] [--record-costs]
-    scripts/gpu-run merge ARCHIVE_OR_FOLDER [--no-publish]      # results/, proof/, the cost file, the claims table
     scripts/gpu-run bring DIR --wheels WHEELS                   # what an offline GPU machine needs, in one folder
     scripts/gpu-run plan [--device cuda|cpu] [--budget SECONDS] # the pieces, their costs, what would fit
+
+``scripts/gpu-run merge`` brings a run home and then generates the README's claims table again: two layers' work,
+composed above both by `pitfalls.report.gpu_merge`, which the script runs for it.
 """
 
 from __future__ import annotations
@@ -16,11 +18,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pitfalls.checkout import NoCheckout, require_checkout
-from pitfalls.gpu_run.costs import Costs
+from pitfalls.gpu_run.costs import COSTS, Costs
 from pitfalls.gpu_run.pieces import PIECES, run_piece
 from pitfalls.gpu_run.run import ROOT, RunOptions, run, unknown_pieces
 
-COSTS = ROOT / "proof" / "costs.json"
 PROG = "gpu-run"
 
 
@@ -63,29 +64,6 @@ def _run(argv: Sequence[str]) -> int:
     except ValueError as error:
         parser.error(str(error))
     return 2
-
-
-def _merge(argv: Sequence[str]) -> int:
-    from pitfalls.gpu_run.merge import MergeOptions, merge_run
-
-    parser = argparse.ArgumentParser(prog=f"{PROG} merge", description="Bring a run into the checkout.")
-    parser.add_argument("source", type=Path, help="the run's archive (.tar.gz) or folder")
-    parser.add_argument("--results", type=Path, default=ROOT / "results")
-    parser.add_argument("--proof", type=Path, default=ROOT / "proof")
-    parser.add_argument("--costs", type=Path, default=COSTS)
-    parser.add_argument("--readme", type=Path, default=ROOT / "README.md",
-                        help="the README whose claims table is regenerated")
-    parser.add_argument("--no-publish", dest="publish", action="store_false", help="do not republish the site")
-    args = parser.parse_args(argv)
-    if not args.source.exists():
-        parser.error(f"{args.source}: no such archive or folder")
-    try:
-        done = merge_run(args.source, MergeOptions(args.results, args.proof, args.costs, ROOT / "asv.conf.json",
-                                                   args.readme, args.publish))
-    except ValueError as error:
-        parser.error(str(error))
-    print("\n".join(done))
-    return 0
 
 
 def _bring(argv: Sequence[str]) -> int:
@@ -144,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NoCheckout as error:
         print(f"{PROG}: {error}", file=sys.stderr)
         return 2
-    commands = {"merge": _merge, "bring": _bring, "plan": _plan}
+    commands = {"bring": _bring, "plan": _plan}
     if args and args[0] == "piece":  # one piece, in a process of its own (the run starts these)
         if len(args) != 3:
             print(f"{PROG} piece: usage: {PROG} piece NAME OUT", file=sys.stderr)

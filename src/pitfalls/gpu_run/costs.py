@@ -15,10 +15,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pitfalls.checkout import ROOT
 from pitfalls.gpu_run.plan import DONE, FAILED, STOPPED, Entry, Piece
 from pitfalls_asv_main import atomic_write
 
-__all__ = ["HEADROOM", "RUN_COSTS", "Costs", "merge_costs", "run_costs"]
+__all__ = ["COSTS", "HEADROOM", "RUN_COSTS", "Costs", "merge_costs", "run_costs"]
+
+# The committed cost file.
+COSTS = ROOT / "proof" / "costs.json"
 
 # A recorded cost is a single run's seconds: the schedule expects a little more, so that an ordinary slower run
 # is not stopped at the budget's edge.

@@ -1,13 +1,12 @@
-"""`scripts/gpu-run merge ARCHIVE`: a budgeted run brought home into the checkout.
+"""A budgeted run brought home into the checkout (``scripts/gpu-run merge ARCHIVE``, with the claims table that
+`pitfalls.report.gpu_merge` generates again after it).
 
 Its asv results are merged into ``results/`` by the suite's own merge (and the site is republished), its report,
-figures and ledger are kept under ``proof/<machine>-<date>/``, what its pieces took is folded into the cost file,
-and the README's claims table is generated again from what is now committed.
+figures and ledger are kept under ``proof/<machine>-<date>/`` and what its pieces took is folded into the cost file.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -15,11 +14,12 @@ from pathlib import Path
 
 from pitfalls.gpu_run.archive import unpack
 from pitfalls.gpu_run.costs import RUN_COSTS, merge_costs
+from pitfalls.proofs import FIGURES, LEDGER, ProofRun, read_proof
 
 __all__ = ["KEPT", "MergeOptions", "merge_run"]
 
 # The run's files kept under proof/ (the asv results go to results/, the logs stay in the archive).
-KEPT = ("report.md", "figures.json", "run.json", "plan.json", RUN_COSTS)
+KEPT = ("report.md", FIGURES, LEDGER, "plan.json", RUN_COSTS)
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,6 @@ class MergeOptions:
         proof: the folder of GPU runs' reports.
         costs: the committed cost file.
         config: asv.conf.json (for publishing the site).
-        readme: the README whose claims table is regenerated (None: leave it).
         publish: republish the asv site after merging.
     """
 
@@ -39,20 +38,19 @@ class MergeOptions:
     proof: Path
     costs: Path
     config: Path
-    readme: Path | None
     publish: bool = True
 
 
 def _run_folder(source: Path, scratch: Path) -> Path:
     folder = source if source.is_dir() else unpack(source, scratch)
-    missing = [name for name in ("run.json", "figures.json") if not (folder / name).is_file()]
+    missing = [name for name in (LEDGER, FIGURES) if not (folder / name).is_file()]
     if missing:
         raise ValueError(f"{source} is not a gpu-run folder or archive: no {', '.join(missing)}")
     return folder
 
 
-def _proof_folder(proof: Path, run: dict[str, object]) -> Path:
-    stem = f"{run['machine']}-{run.get('date', 'undated')}"
+def _proof_folder(proof: Path, run: ProofRun) -> Path:
+    stem = f"{run.machine}-{run.facts.get('date', 'undated')}"
     folder, n = proof / stem, 2
     while folder.exists():
         folder, n = proof / f"{stem}-{n}", n + 1
@@ -72,7 +70,6 @@ def merge_run(source: Path, options: MergeOptions) -> list[str]:
     done: list[str] = []
     with tempfile.TemporaryDirectory(prefix="pitfalls-gpu-run-") as scratch:
         folder = _run_folder(source, Path(scratch))
-        run = json.loads((folder / "run.json").read_text(encoding="utf-8"))
         if (folder / "results" / "benchmarks.json").is_file():
             try:
                 status = run_merge([str(folder / "results")], str(options.results), None, str(options.config),
@@ -85,7 +82,7 @@ def merge_run(source: Path, options: MergeOptions) -> list[str]:
                                                                           options.publish else ""))
         else:
             done.append("no asv results in the run (no slice finished)")
-        kept = _proof_folder(options.proof, run)
+        kept = _proof_folder(options.proof, read_proof(folder))
         kept.mkdir(parents=True)
         for name in KEPT:
             if (folder / name).is_file():
@@ -93,9 +90,4 @@ def merge_run(source: Path, options: MergeOptions) -> list[str]:
         done.append(f"report and figures kept in {kept}")
         changed = merge_costs(folder / RUN_COSTS, options.costs)
         done.append(f"{len(changed)} piece cost(s) recorded in {options.costs}")
-    if options.readme is not None:
-        from pitfalls.report.claims import update_readme
-
-        update_readme(options.readme, options.results, options.proof)
-        done.append(f"claims table regenerated in {options.readme}")
     return done

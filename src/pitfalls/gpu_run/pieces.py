@@ -2,11 +2,14 @@
 
 1. The asv quick grid's cases of the loss and sampler families on the device, one slice per benchmark class (the
    compile classes last: minutes of compiling each).
-2. The articles' headline measurements at the articles' sizes.
-3. The loader family's asv cases on the device; the parallel family's largest-global-batch search, bounded.
-4. The rest of the GPU proof: the gate, the scan corpus, syncs against hazards, NVML, CUDA events against host
-   time, scan-loader's pinned copies, the loader's step cost, the calibration table's CUDA rows, and the doctor's
-   planted script (its real syncs per line against its hazard counts, their stalls).
+2. The articles' headline measurements at the articles' sizes (`pitfalls.gpu_run.headlines`).
+3. The loader family's asv cases on the device; the parallel family's largest-global-batch search, bounded, and
+   its asv cases.
+4. The GPU proof: the gate, syncs against hazards and the scan corpus (`pitfalls.gpu_run.syncs`), NVML, CUDA events
+   against host time, scan-loader's pinned copies, the loader's step cost, the calibration table's CUDA rows
+   (`pitfalls.gpu_run.checks`), the doctor's planted script (its real syncs per line against its hazard counts,
+   their stalls), the calibration family's asv cases and its published CUDA rows, and last the interleaved
+   speedups of every variant at every family's sizes.
 
 A piece runs in a process of its own (``python -m pitfalls.gpu_run piece NAME``) and writes its outcome into
 ``OUT/pieces/<name>.json`` as it goes, row by row where it has rows, so that a piece the budget stops keeps what
@@ -17,16 +20,16 @@ from __future__ import annotations
 
 import functools
 import json
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pitfalls import gpu_proof
-from pitfalls.gpu_run import headlines
+from pitfalls.gpu_run import checks, headlines, syncs
+from pitfalls.gpu_run.outcome import attempt, is_failure
 from pitfalls.gpu_run.plan import Piece
-from pitfalls.gpu_run.slices import AsvSlice, run_slice
+from pitfalls.gpu_run.sizes import ON_GPU, REHEARSAL, Sizes
+from pitfalls.gpu_run.slices import AsvSlice, cuda_calibration_selection, run_slice
 from pitfalls.scan_loader.proof import pinned_against_unpinned
 from pitfalls_asv_main import atomic_write
 
@@ -60,12 +63,9 @@ class Context:
         return cls(out, data["device"], data["machine"], data["hardware"], Path(data["root"]))
 
     @property
-    def sizes(self) -> headlines.HeadlineSizes:
-        return headlines.ARTICLE if self.device == "cuda" else headlines.SMALL
-
-    @property
-    def proof_sizes(self) -> gpu_proof.Sizes:
-        return gpu_proof.GPU_SIZES if self.device == "cuda" else gpu_proof.DRY_RUN_SIZES
+    def sizes(self) -> Sizes:
+        """The articles' sizes on CUDA, the rehearsal's elsewhere."""
+        return ON_GPU if self.device == "cuda" else REHEARSAL
 
 
 Measure = Callable[[Context], Any]
@@ -75,49 +75,8 @@ def _slice(piece: AsvSlice) -> Measure:
     return lambda ctx: run_slice(piece, ctx.out, ctx.device, ctx.machine, ctx.facts, ctx.root)
 
 
-def _headline(measure: Callable[[str, headlines.HeadlineSizes], Any]) -> Measure:
+def _on_device(measure: Callable[[str, Sizes], Any]) -> Measure:
     return lambda ctx: measure(ctx.device, ctx.sizes)
-
-
-def _proof(measure: Callable[[str, gpu_proof.Sizes], Any]) -> Measure:
-    return lambda ctx: measure(ctx.device, ctx.proof_sizes)
-
-
-# Seconds the parallel family's largest-batch search may take in all, before its last try.
-LARGEST_BATCH_S = 120.0
-
-
-def _largest_batch(ctx: Context) -> list[dict[str, Any]]:
-    """The parallel family's largest global batch per variant at the article's size, the search bounded in time."""
-    if ctx.device != "cuda":
-        return [{"family": "parallel", "largest_global_batch": "unavailable: no CUDA device (the search runs real "
-                                                               "steps on the GPUs)"}]
-    from pitfalls.registry import family
-
-    rows = gpu_proof.section_rows()
-    params = dict(ctx.sizes.parallel)
-    import torch
-
-    params["world_size"] = max(1, min(int(params["world_size"]), torch.cuda.device_count()))
-    deadline = time.monotonic() + LARGEST_BATCH_S
-    for variant in family("parallel").variants:
-        rows.append({"family": "parallel", "variant": variant, "sizes": params,
-                     "largest_global_batch": gpu_proof.largest_global_batch(variant, params, deadline)})
-    return rows
-
-
-def _calibration_cuda_rows(ctx: Context) -> list[dict[str, Any]]:
-    """The calibration table's CUDA rows (`pitfalls calibrate`; each reads n/a with its reason off a GPU)."""
-    from pitfalls.calibration.run import all_checks, run_checks
-    from pitfalls.known.table import CUDA
-
-    columns = ("check", "unit", "planted", "measured", "error", "tolerance", "verdict", "reason")
-    rows = gpu_proof.section_rows()
-    for check in all_checks():
-        if check.device == CUDA:
-            [row] = run_checks([check], ctx.device)
-            rows.append({c: getattr(row, c) for c in columns})
-    return rows
 
 
 def _doctor(ctx: Context) -> dict[str, Any]:
@@ -141,6 +100,12 @@ _LOSS_SAMPLER = tuple(
 _COMPILE = (AsvSlice("bench_loss", "Compile", mode_axis=False), AsvSlice("bench_sampler", "Compile", mode_axis=False))
 _LOADER = tuple(AsvSlice("bench_loader", cls, device_axis=cls not in ("Cuda", "Nvml"), mode_axis=False)
                 for cls in ("Cuda", "Nvml", "Batch", "Speedup", "Throughput"))
+_PARALLEL = tuple(AsvSlice("bench_parallel", cls, mode_axis=False) for cls in ("Step", "Speedup", "Ranks"))
+# The calibration family's planted cases on the device, and the calibration table's CUDA rows as the site
+# publishes them.
+_CALIBRATION = (*(AsvSlice("bench_calibration", cls, mode_axis=False) for cls in ("Call", "Speedup", "SyncHazards")),
+                AsvSlice("bench_calibration", "Error", device_axis=False, mode_axis=False,
+                         cases=cuda_calibration_selection))
 
 # The guesses are on the high side for a first run on a new kind (a piece left out is cheaper than one stopped
 # half-way): an asv slice starts asv, its discovery and a benchmark process per case; the H200's proof took 18 s
@@ -148,41 +113,46 @@ _LOADER = tuple(AsvSlice("bench_loader", cls, device_axis=cls not in ("Cuda", "N
 _CATALOGUE: list[tuple[Piece, Measure]] = [
     *_slices(1, _LOSS_SAMPLER, cuda_s=90, cpu_s=60),
     *_slices(1, _COMPILE, cuda_s=420, cpu_s=300),
-    (Piece("headline loss", 2, "article 000: each loss variant against naive at batch 256, 256x256",
-           {"cuda": 150, "cpu": 30}), _headline(headlines.loss)),
-    (Piece("headline sampler eager", 2, "article 004: static against nonzero, eager, N = 1e3..1e7",
-           {"cuda": 90, "cpu": 30}), _headline(headlines.sampler_eager)),
-    (Piece("headline sampler compiled", 2, "article 004: compiled static against nonzero, N = 1e4, 1e5",
-           {"cuda": 150, "cpu": 90}), _headline(headlines.sampler_compiled)),
-    (Piece("headline sampler batched", 2, "article 004: one static call over 32 rows against a loop, N = 1e3..1e7",
-           {"cuda": 120, "cpu": 30}), _headline(headlines.sampler_batched)),
+    (Piece("headline loss", 2, "article 000: each loss variant against naive, a training step at the article's size",
+           {"cuda": 150, "cpu": 30}), _on_device(headlines.loss)),
+    (Piece("headline sampler eager", 2, "article 004: static against nonzero, eager, one row per call at each N",
+           {"cuda": 90, "cpu": 30}), _on_device(functools.partial(headlines.sampler, batched=False, compiled=False))),
+    (Piece("headline sampler compiled", 2, "article 004: compiled static against nonzero, one row per call at each N",
+           {"cuda": 300, "cpu": 90}), _on_device(functools.partial(headlines.sampler, batched=False, compiled=True))),
+    (Piece("headline sampler batched", 2, "article 004: one static call over a batch of rows against a loop, at each N",
+           {"cuda": 120, "cpu": 30}), _on_device(functools.partial(headlines.sampler, batched=True, compiled=False))),
     (Piece("headline sampler batched compiled", 2, "article 004: the same with static compiled",
-           {"cuda": 300, "cpu": 120}), _headline(functools.partial(headlines.sampler_batched, compiled=True))),
-    (Piece("headline loader", 2, "article 001: naive against uint8 at 32 x 512x512, 8 workers",
-           {"cuda": 150, "cpu": 60}), _headline(headlines.loader)),
-    (Piece("headline parallel", 2, "article 001: DataParallel against DDP (4 GPUs, 8 images each, 512x512)",
-           {"cuda": 90, "cpu": 60}), _headline(headlines.parallel)),
+           {"cuda": 300, "cpu": 120}), _on_device(functools.partial(headlines.sampler, batched=True, compiled=True))),
+    (Piece("headline loader", 2, "article 001: naive against uint8 at the article's batch and workers",
+           {"cuda": 150, "cpu": 60}), _on_device(headlines.loader)),
+    (Piece("headline parallel", 2, "article 001: DataParallel against DDP at the article's size",
+           {"cuda": 90, "cpu": 60}), _on_device(headlines.parallel)),
     *_slices(3, _LOADER, cuda_s=150, cpu_s=90),
     (Piece("parallel largest batch", 3, "parallel: the largest global batch each variant fits, bounded",
-           {"cuda": LARGEST_BATCH_S + 60, "cpu": 15}), _largest_batch),
+           {"cuda": checks.LARGEST_BATCH_S + 60, "cpu": 15}), _on_device(checks.largest_batches)),
+    *_slices(3, _PARALLEL, cuda_s=120, cpu_s=120),
     (Piece("proof gate", 4, "every variant against naive on the device (pitfalls check)", {"cuda": 30, "cpu": 60}),
-     _proof(gpu_proof.gate)),
+     _on_device(checks.gate)),
     (Piece("proof syncs", 4, "real CUDA syncs against sync hazards, per call", {"cuda": 45, "cpu": 30}),
-     _proof(gpu_proof.syncs_against_hazards)),
+     _on_device(syncs.syncs_against_hazards)),
     (Piece("proof corpus", 4, "the scan corpus: labels, the scan and real CUDA syncs per line",
-           {"cuda": 30, "cpu": 30}), _proof(gpu_proof.scan_corpus_on_device)),
+           {"cuda": 30, "cpu": 30}), _on_device(syncs.scan_corpus_on_device)),
     (Piece("proof nvml", 4, "NVML while each case loops", {"cuda": 120, "cpu": 60}),
-     _proof(gpu_proof.nvml_while_looping)),
+     _on_device(checks.nvml_while_looping)),
     (Piece("proof timing", 4, "CUDA-event time against host time", {"cuda": 45, "cpu": 30}),
-     _proof(gpu_proof.event_against_host_time)),
+     _on_device(checks.event_against_host_time)),
     (Piece("proof scan_loader", 4, "scan-loader: pin_memory off and on", {"cuda": 30, "cpu": 30}),
-     _proof(pinned_against_unpinned)),
+     _on_device(pinned_against_unpinned)),
     (Piece("proof loader step cost", 4, "the loader's model_ms step, planted against measured, and its verdict",
-           {"cuda": 30, "cpu": 30}), _proof(gpu_proof.loader_step_cost)),
+           {"cuda": 30, "cpu": 30}), _on_device(checks.loader_step_cost)),
     (Piece("proof calibration cuda", 4, "the calibration table's CUDA rows", {"cuda": 60, "cpu": 15}),
-     _calibration_cuda_rows),
+     _on_device(checks.calibration_cuda_rows)),
     (Piece("doctor", 4, "pitfalls doctor on its planted script: real syncs per line, their stalls, copy bandwidth",
            {"cuda": 90, "cpu": 60}), _doctor),
+    *_slices(4, _CALIBRATION, cuda_s=60, cpu_s=30),
+    # The H200's one-call proof stopped its speedups after 170 s: last, where a budget that has room takes it.
+    (Piece("proof speedups", 4, "every variant and floor against naive, interleaved, at each family's sizes",
+           {"cuda": 300, "cpu": 120}), _on_device(checks.speedups)),
 ]
 PIECES: tuple[Piece, ...] = tuple(piece for piece, _ in _CATALOGUE)
 CATALOGUE: Mapping[str, tuple[Piece, Measure]] = {piece.name: (piece, measure) for piece, measure in _CATALOGUE}
@@ -201,8 +171,14 @@ def outcome_of(out: Path, name: str) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))["outcome"]
 
 
+# The column of a piece's rows that says "NO" where the proof finds what it exists to catch: a variant whose real
+# syncs differ from its hazards, or whose answer differs from naive's. Such a row fails the piece.
+_VERDICTS = {"proof syncs": "count_for_count", "proof gate": "matches_naive"}
+
+
 def run_piece(name: str, out: Path) -> int:
-    """Run one piece of the run in ``out`` (this process is its own); returns 0, or 1 when it raised.
+    """Run one piece of the run in ``out`` (this process is its own); returns 0, or 1 when it raised, an asv case
+    failed, or a row of its says "NO" (`_VERDICTS`).
 
     Raises:
         ValueError: no such piece.
@@ -219,10 +195,11 @@ def run_piece(name: str, out: Path) -> int:
         atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
     figures: dict[str, Any] = {}
-    gpu_proof.attempt(figures, name, functools.partial(measure, context), write)
+    attempt(figures, name, functools.partial(measure, context), write)
     outcome = figures[name]
-    if gpu_proof.is_failure(outcome):
+    if is_failure(outcome):
         return 1
     if isinstance(outcome, dict) and outcome.get("exit_code") not in (None, 0):
         return 1  # an asv slice in which a case failed: its results are merged, the piece is not done
-    return 0
+    column = _VERDICTS.get(name)
+    return 1 if column and isinstance(outcome, list) and any(row.get(column) == "NO" for row in outcome) else 0

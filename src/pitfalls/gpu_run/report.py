@@ -6,9 +6,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pitfalls import gpu_proof
+from pitfalls.gpu_run.outcome import render_rows, section_text
 from pitfalls.gpu_run.pieces import CATALOGUE, outcome_of
 from pitfalls.gpu_run.plan import DONE, FAILED, NOT_SELECTED, OVER_BUDGET, STOPPED, Entry, Piece
+from pitfalls.gpu_run.syncs import render_corpus
 
 __all__ = ["PENDING", "figures", "render", "summary_lines"]
 
@@ -54,19 +55,19 @@ def _ledger_table(entries: Sequence[Entry]) -> str:
     rows = [{"piece": e.name, "group": e.group, "status": e.status, "expected s": round(e.cost_s),
              "from": e.cost_from, "left s": round(e.left_s), "took s": round(e.seconds), "note": e.reason}
             for e in entries]
-    return gpu_proof.render_rows(rows)
+    return render_rows(rows)
 
 
 def _render_doctor(found: dict[str, Any]) -> str:
     facts = {key: value for key, value in found.items() if key != "rows"}
-    return gpu_proof.render_rows(found.get("rows", [])) + "\n" + gpu_proof.render_rows([facts])
+    return render_rows(found.get("rows", [])) + "\n" + render_rows([facts])
 
 
 def _render_outcome(name: str, outcome: Any) -> str:
-    render = {"proof corpus": gpu_proof.render_corpus, "doctor": _render_doctor}.get(name, gpu_proof.render_rows)
+    render = {"proof corpus": render_corpus, "doctor": _render_doctor}.get(name, render_rows)
     if isinstance(outcome, dict) and "exit_code" in outcome:  # an asv slice
-        return gpu_proof.render_rows([outcome])
-    return gpu_proof.section_text(outcome, render)
+        return render_rows([outcome])
+    return section_text(outcome, render)
 
 
 def render(data: Mapping[str, Any], entries: Sequence[Entry], pieces: Sequence[Piece]) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -55,6 +56,20 @@ def device_kind(device: str, machine: str) -> str:
     return "cpu" if device == "cpu" else machine
 
 
+# Every fact of the machine and its stack, read as `pitfalls probe` reads them.
+_ENVIRONMENT = "import json; from pitfalls.probes.environment import environment; print(json.dumps(environment()))"
+
+
+def _environment() -> dict[str, Any]:
+    """torch and its git version, CUDA, cuDNN, driver, GPUs, CPU, Python, container image and the suite's commit,
+    read in a child (this process never touches CUDA); the reason, when the child could not read them."""
+    done = subprocess.run([sys.executable, "-c", _ENVIRONMENT], capture_output=True, text=True, timeout=300)
+    if done.returncode == 0:
+        return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    said = (done.stderr.strip() or "no output").splitlines()[-1]
+    return {"unavailable": f"the environment could not be read: {said}"}
+
+
 def _facts(device: str, budget_s: float, root: Path) -> dict[str, Any]:
     from pitfalls import runner
     from pitfalls.runner.worktree import head_commit
@@ -67,7 +82,7 @@ def _facts(device: str, budget_s: float, root: Path) -> dict[str, Any]:
         commit = f"unknown ({type(error).__name__}: {error})"
     return {"device": device, "machine": machine, "kind": device_kind(device, machine), "budget_s": budget_s,
             "date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": commit, "python": platform.python_version(),
-            "hardware": hardware, "root": str(root)}
+            "hardware": hardware, "environment": _environment(), "root": str(root)}
 
 
 def _child_launcher(out: Path) -> Launcher:

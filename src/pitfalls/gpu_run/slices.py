@@ -1,10 +1,8 @@
 """One asv benchmark class's cases for one device, run into a staging copy and merged into the run's results.
 
 A slice is a whole ``asv run`` of the checkout's commit in the ``installed`` environment (the interpreter at
-hand, as the main job runs), selecting one class's cases on the device. asv writes into a copy of the run's
-results folder; when it has finished, the entries it measured are merged into ``OUT/results`` under the folder's
-lock, signals held, each file replaced by an atomic rename: a slice stopped part-way leaves the earlier slices'
-results exactly as they were.
+hand, as the main job runs), selecting one class's cases on the device, staged as the main job stages its run
+(`pitfalls.runner.staged`): a slice stopped part-way leaves the earlier slices' results exactly as they were.
 """
 
 from __future__ import annotations
@@ -15,17 +13,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pitfalls import runner
-from pitfalls.runner import store
-from pitfalls.runner.job import INSTALLED_ENV, signals_deferred
+from pitfalls.runner.job import INSTALLED_ENV
+from pitfalls.runner.staged import StagedRun, run_staged
 from pitfalls.runner.worktree import head_commit
-from pitfalls_asv_main import command as asv_command
 
-__all__ = ["AsvSlice", "run_slice"]
+__all__ = ["AsvSlice", "cuda_calibration_selection", "run_slice"]
 
 
 @dataclass(frozen=True)
@@ -37,12 +34,15 @@ class AsvSlice:
         cls: the class, e.g. "Step".
         device_axis: whether the class sweeps devices (the Cuda and Nvml classes run on CUDA only and do not).
         mode_axis: whether it sweeps eager and compiled (on a CPU rehearsal only the eager cases run).
+        cases: a pattern of the cases' names that replaces the class's own (e.g. the calibration table's CUDA rows,
+            given lazily: it reads every check).
     """
 
     module: str
     cls: str
     device_axis: bool = True
     mode_axis: bool = True
+    cases: Callable[[], str] | None = None
 
     @property
     def name(self) -> str:
@@ -51,6 +51,8 @@ class AsvSlice:
     def selection(self, device: str) -> str:
         """The ``asv run -b`` pattern of this class's cases on ``device`` (asv matches it against each case's name
         with its parameters, ``bench_loss.Step.time_step('naive', 4, 64, 'cuda', 'eager')``)."""
+        if self.cases is not None:
+            return self.cases()
         pattern = rf"^{re.escape(self.module)}\.{re.escape(self.cls)}\.\w+"
         if not self.device_axis:
             return pattern
@@ -58,6 +60,16 @@ class AsvSlice:
         if device == "cpu" and self.mode_axis:
             pattern += r", 'eager'\)$"  # a CPU has minutes, not the compiles' hour: the rehearsal runs eagerly
         return pattern
+
+
+def cuda_calibration_selection() -> str:
+    """An asv ``-b`` pattern for the published errors of the calibration table's CUDA checks (and no other)."""
+    from pitfalls.calibration.published import ERROR_METHOD
+    from pitfalls.calibration.run import all_checks
+    from pitfalls.known.table import CUDA
+
+    names = "|".join(re.escape(repr(check.name)) for check in all_checks() if check.device == CUDA)
+    return rf"^bench_calibration\.Error\w*\.{ERROR_METHOD}\(({names})\)$"
 
 
 def run_slice(piece: AsvSlice, out: Path, device: str, machine: str, facts: dict[str, Any],
@@ -80,27 +92,24 @@ def run_slice(piece: AsvSlice, out: Path, device: str, machine: str, facts: dict
     """
     if shutil.which("git") is None or not (root / ".git").exists():
         raise RuntimeError(f"{root} is not a git checkout: asv measures a commit")
-    results = out / "results"
-    results.mkdir(parents=True, exist_ok=True)
-    logs = out / "logs"
-    logs.mkdir(exist_ok=True)
-    log = logs / f"{piece.module}.{piece.cls}.log"
-    with tempfile.TemporaryDirectory(dir=out, prefix=".slice-") as scratch:
-        staged = Path(scratch) / "results"
-        shutil.copytree(results, staged)
-        before = store.snapshot(staged)
-        runner.record_machine(machine, staged, facts)
-        conf = runner.write_staged_conf(root / "asv.conf.json", scratch, results_dir=staged)
-        command = [*asv_command(sys.executable), "run", "--config", str(conf), "--machine", machine,
-                   "-E", INSTALLED_ENV, "--set-commit-hash", head_commit(root), "--show-stderr",
-                   "-b", piece.selection(device)]
+    (out / "results").mkdir(parents=True, exist_ok=True)
+    log = out / "logs" / f"{piece.module}.{piece.cls}.log"
+    log.parent.mkdir(exist_ok=True)
+    selection = piece.selection(device)
+    seconds = 0.0
+
+    def launch(command: Sequence[str]) -> int:
+        nonlocal seconds
         started = time.perf_counter()
-        done = subprocess.run(command, cwd=root, capture_output=True, text=True, check=False)
+        done = subprocess.run(list(command), cwd=root, capture_output=True, text=True, check=False)
         seconds = time.perf_counter() - started
         log.write_text(" ".join(command) + "\n" + done.stdout + done.stderr, encoding="utf-8")
-        merged: list[str] = []
-        if done.returncode in (0, 2):  # 2: some case failed; its failure is a result too
-            with store.locked(results), signals_deferred():
-                merged = store.merge_into(staged, results, before=before)
-    return {"exit_code": done.returncode, "seconds": round(seconds, 1), "selection": piece.selection(device),
-            "merged": merged, "log": str(log.relative_to(out))}
+        return done.returncode
+
+    # A slice's stage is asv's scratch, inside the run's folder (the archive leaves ``.slice-*`` out).
+    with tempfile.TemporaryDirectory(dir=out, prefix=".slice-") as scratch:
+        args = ("-E", INSTALLED_ENV, "--set-commit-hash", head_commit(root), "--show-stderr", "-b", selection)
+        done = run_staged(StagedRun(root, out / "results", Path(scratch), machine, args, sys.executable, facts),
+                          launch)
+    return {"exit_code": done.status, "seconds": round(seconds, 1), "selection": selection,
+            "merged": done.merged or [], "log": str(log.relative_to(out))}

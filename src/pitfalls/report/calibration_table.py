@@ -2,12 +2,12 @@
 
 The checks and their tolerances come from the registry of checks; the errors from the asv results
 (``bench_calibration.Error*.track_error``, the newest per check and machine, as `pitfalls report` reads them) and
-from every committed ``pitfalls calibrate --json`` output under ``proof/``. A check no run has measured reads n/a.
+from every committed GPU run under ``proof/`` that has calibration rows (`pitfalls.proofs`: ``pitfalls calibrate
+--json`` outputs, a budgeted run's calibration piece). A check no run has measured reads n/a.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ from typing import Any
 from pitfalls.calibration.run import all_checks
 from pitfalls.known.table import CUDA, Check
 from pitfalls.markdown import code, table
+from pitfalls.proofs import read_proofs
 from pitfalls.registry import BUILTIN
 from pitfalls.report.calibration_errors import FAIL, NA, PASS, CalibrationLine, calibration_table
 from pitfalls.report.rows import Row
@@ -49,21 +50,19 @@ def _published(line: CalibrationLine | None, check: Check | None) -> str:
     return f"{_amount(line.error, check.absolute, check.unit)} {line.verdict}"
 
 
-def _from_json(row: dict[str, Any] | None) -> str:
+def _from_run(row: dict[str, Any] | None, check: Check) -> str:
     if row is None:
         return "-"
     if row.get("error") is None:
         return f"{row['verdict']}: {row.get('reason', '')}".rstrip(": ")
-    return f"{_amount(float(row['error']), bool(row['absolute']), row['unit'])} {row['verdict']}"
+    return f"{_amount(float(row['error']), check.absolute, check.unit)} {row['verdict']}"
 
 
-def _outputs(proof: Path) -> dict[str, dict[str, dict[str, Any]]]:
-    """Each committed ``pitfalls calibrate --json`` output under ``proof/``: its folder -> check name -> row."""
-    found = {}
-    for path in sorted(proof.glob("**/calibrate*.json")):
-        rows = json.loads(path.read_text(encoding="utf-8"))
-        found[path.relative_to(proof).parent.as_posix()] = {row["check"]: row for row in rows}
-    return found
+def _outputs(proof: Path) -> dict[str, tuple[dict[str, dict[str, Any]], str]]:
+    """Each committed GPU run's calibration rows: its folder under ``proof/`` -> (check name -> row, what wrote
+    them: ``pitfalls calibrate --json`` outputs or a budgeted run's calibration piece)."""
+    return {run.name: (rows, "`pitfalls calibrate --json`" if run.calibrate_outputs else "`scripts/gpu-run`")
+            for run in read_proofs(proof) if (rows := run.calibration_rows())}
 
 
 def calibration_lines(rows: Sequence[Row], proof: Path | None) -> list[str]:
@@ -84,7 +83,7 @@ def calibration_lines(rows: Sequence[Row], proof: Path | None) -> list[str]:
     gone = list(dict.fromkeys(line.check for line in published if line.check not in known))
     body = [[check.name, ", ".join(check.instruments), _tolerance(check),
              *(_published(by_key.get((check.name, m)), check) for m in machines),
-             *(_from_json(found.get(check.name)) for found in outputs.values())] for check in checks]
+             *(_from_run(found.get(check.name), check) for found, _ in outputs.values())] for check in checks]
     body += [[name, "-", "unknown: no such check in this version",
               *(_published(by_key.get((name, m)), None) for m in machines), *("-" for _ in outputs)] for name in gone]
     if not machines and not outputs:
@@ -99,7 +98,7 @@ def calibration_lines(rows: Sequence[Row], proof: Path | None) -> list[str]:
     measured = sum(v in (PASS, FAIL) for v in verdicts)
     lines += ["", "Errors, each against the planted value: " + "; ".join(
         [f"{code(m)}, the newest asv figure of each check (commits {', '.join(map(code, commits[m]))})"
-         for m in machines] + [f"`proof/{f}`, `pitfalls calibrate --json`" for f in outputs]) + "."]
+         for m in machines] + [f"`proof/{f}`, {made_by}" for f, (_, made_by) in outputs.items()]) + "."]
     if machines:
         lines += ["", f"In the asv results, {measured - verdicts.count(FAIL)} of {measured} measured checks within "
                       f"tolerance; {len(verdicts) - measured} n/a."]

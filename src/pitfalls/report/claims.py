@@ -1,7 +1,8 @@
 """The articles' headline claims beside what the suite measured on each machine, with a verdict and its reason.
 
 Generated from the committed results alone: asv's results (``results/<machine>/``, the newest figure of each case)
-and the budgeted runs' figures (``proof/*/figures.json``, their ``headline ...`` pieces at the articles' sizes).
+and the budgeted runs' figures under ``proof/`` (read by `pitfalls.proofs`: their ``headline ...`` pieces at the
+articles' sizes, `Family.article_sizes`).
 Nothing here is typed in by hand; `update_readme` puts the table between the README's claims markers.
 
 The verdict rule, given only where the figure was measured at the article's sizes:
@@ -17,7 +18,6 @@ where nothing was measured, "not measured yet".
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from pitfalls.markdown import table
+from pitfalls.proofs import ProofRun, read_proofs
+from pitfalls.registry import family
 from pitfalls.report.rows import OK, Row
 
 __all__ = ["CLAIMS", "MARK_BEGIN", "MARK_END", "Claim", "Reading", "claims_markdown", "machine_sources",
@@ -60,7 +62,7 @@ class Source:
 
     machine: str
     asv: Mapping[tuple[str, tuple[tuple[str, Any], ...]], Row] = field(default_factory=dict)
-    proof: Mapping[str, Any] = field(default_factory=dict)
+    proof: ProofRun | None = None
 
     def value(self, benchmark: str, **params: Any) -> float | None:
         """The newest measured value of one case, or None."""
@@ -69,8 +71,8 @@ class Source:
 
     def headline(self, name: str) -> list[dict[str, Any]]:
         """The rows of a budgeted run's headline piece (none when it did not run or has no rows)."""
-        outcome = self.proof.get(f"headline {name}")
-        return [row for row in outcome if "skipped" not in row] if isinstance(outcome, list) else []
+        rows = self.proof.rows(f"headline {name}") if self.proof is not None else []
+        return [row for row in rows if "skipped" not in row]
 
 
 @dataclass(frozen=True)
@@ -123,25 +125,30 @@ def _n(n: int) -> str:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# The readings, one per claim: from the budgeted run's headline rows where there are some, else from asv.
+# The readings, one per claim: from the budgeted run's headline rows where there are some, else from asv. The
+# articles' sizes are the families' own (`Family.article_sizes`); a claim names only the range of N it speaks of.
 
-LOSS_SIZE = {"batch": 256, "image_size": 256}
-SAMPLER_EAGER_N = (1_000, 10_000, 100_000, 1_000_000)
-SAMPLER_COMPILED_N = (10_000, 100_000)
-SAMPLER_BATCHED_N = (1_000, 10_000, 100_000, 1_000_000, 10_000_000)
-LOADER_SIZE = {"image_size": 512, "batch": 32}
-LOADER_WORKERS = 8
+
+def _at_article_size(name: str, sizes: Mapping[str, Any]) -> bool:
+    """Whether a row's sizes are one of the family's article sizes (every parameter the article size names)."""
+    return any(all(sizes.get(key) == value for key, value in article.items())
+               for article in family(name).article_sizes)
+
+
+def _article_n(low: int, high: int, batch: int) -> tuple[int, ...]:
+    """The sampler's article sizes of N from ``low`` to ``high`` at ``batch`` rows per call."""
+    return tuple(size["n"] for size in family("sampler").article_sizes
+                 if size.get("batch", 1) == batch and low <= size["n"] <= high)
 
 
 def _loss(source: Source) -> Reading | None:
     row = next((r for r in source.headline("loss") if r["variant"] == "ignore_index"), None)
     if row is not None:
-        size = {k: row["sizes"][k] for k in LOSS_SIZE}
         figure = f"{_x(row['speedup'])}: {row['naive_ms']:.4g} to {row['variant_ms']:.4g} ms/step"
         reason = (f"naive makes {row['naive_sync_hazards']} syncs a step (real: {row['naive_cuda_syncs']}); the GPU "
                   f"is {row.get('naive_busy_pct')} % busy under naive, {row.get('variant_busy_pct')} % under "
                   "ignore_index")
-        return Reading((row["speedup"],), figure, size == LOSS_SIZE, reason)
+        return Reading((row["speedup"],), figure, _at_article_size("loss", row["sizes"]), reason)
     sizes = {"batch": 4, "image_size": 64}
     ratio = source.value("bench_loss.Speedup.track_speedup", variant="ignore_index", device="cpu", mode="eager",
                          **sizes)
@@ -197,20 +204,21 @@ def _sampler_reading(source: Source, piece: str, ns: Sequence[int], batch: int, 
 
 
 def _sampler_eager(source: Source) -> Reading | None:
-    return _sampler_reading(source, "sampler eager", SAMPLER_EAGER_N, 1, False, ("eager",))
+    return _sampler_reading(source, "sampler eager", _article_n(1_000, 1_000_000, 1), 1, False, ("eager",))
 
 
 def _sampler_compiled(source: Source) -> Reading | None:
-    return _sampler_reading(source, "sampler compiled", SAMPLER_COMPILED_N, 1, True, ("compiled",))
+    return _sampler_reading(source, "sampler compiled", _article_n(10_000, 100_000, 1), 1, True, ("compiled",))
 
 
 def _sampler_batched(source: Source) -> Reading | None:
-    eager = _sampler_rows(source, "sampler batched", SAMPLER_BATCHED_N, 32, None)
-    compiled = _sampler_rows(source, "sampler batched compiled", SAMPLER_BATCHED_N, 32, None)
+    ns = _article_n(1_000, 10_000_000, 32)
+    eager = _sampler_rows(source, "sampler batched", ns, 32, None)
+    compiled = _sampler_rows(source, "sampler batched compiled", ns, 32, None)
     if eager or compiled:
-        merged = Source(source.machine, source.asv, {"headline sampler batched": eager + compiled})
-        return _sampler_reading(merged, "sampler batched", SAMPLER_BATCHED_N, 32, None, ())
-    return _sampler_reading(source, "sampler batched", SAMPLER_BATCHED_N, 32, None, ("eager", "compiled"))
+        both = ProofRun(source.machine, outcomes={"headline sampler batched": eager + compiled})
+        return _sampler_reading(Source(source.machine, source.asv, both), "sampler batched", ns, 32, None, ())
+    return _sampler_reading(source, "sampler batched", ns, 32, None, ("eager", "compiled"))
 
 
 def _loader_rows(source: Source) -> dict[str, dict[str, Any]]:
@@ -221,10 +229,9 @@ def _loader_bytes(source: Source) -> Reading | None:
     rows = _loader_rows(source)
     if {"naive", "uint8"} <= rows.keys():
         naive, small = rows["naive"]["bytes_per_batch"], rows["uint8"]["bytes_per_batch"]
-        size = {k: rows["naive"]["sizes"].get(k) for k in LOADER_SIZE}
         return Reading((naive / small,), f"{naive / 1e6:.4g} MB -> {small / 1e6:.4g} MB ({_x(naive / small)})",
-                       size == LOADER_SIZE, "float32 images and int64 masks against uint8 of both, from the batch's "
-                                            "tensors")
+                       _at_article_size("loader", rows["naive"]["sizes"]),
+                       "float32 images and int64 masks against uint8 of both, from the batch's tensors")
     sizes = {"num_workers": 0, "image_size": 32, "batch": 8, "image_format": "png", "storage": "list",
              "pin_memory": False, "cache": "warm", "device": "cpu"}
     naive_b = source.value("bench_loader.BatchBytes.track_bytes_per_batch", variant="naive", **sizes)
@@ -241,9 +248,8 @@ def _loader_workers(source: Source) -> Reading | None:
     if naive is not None and "batches_in_flight" in naive:
         workers = naive["sizes"].get("num_workers")
         batches = naive["batches_in_flight"]
-        size = {k: naive["sizes"].get(k) for k in LOADER_SIZE}
         return Reading((float(batches),), f"{batches} batches in flight at {workers} "
-                       f"workers ({naive['bytes_in_flight']} bytes)", size == LOADER_SIZE and workers == LOADER_WORKERS,
+                       f"workers ({naive['bytes_in_flight']} bytes)", _at_article_size("loader", naive["sizes"]),
                        "DataLoader keeps prefetch_factor (2) batches per worker made ahead, not one")
     sizes = {"num_workers": 2, "image_size": 32, "batch": 8, "image_format": "png", "storage": "list",
              "pin_memory": False, "cache": "warm", "device": "cpu"}
@@ -264,8 +270,9 @@ def _parallel(source: Source) -> Reading | None:
         return None
     ratio = imbalance[0] / imbalance[1]
     return Reading((ratio,), f"device 0 / others: {imbalance[0]:.3g} under DataParallel, {imbalance[1]:.3g} under DDP",
-                   dp["sizes"].get("world_size") == 4, f"DataParallel's device 0 holds {dp['device0_bytes']} bytes at "
-                                                        f"its peak, DDP's rank 0 {ddp['device0_bytes']}")
+                   _at_article_size("parallel", dp["sizes"]),
+                   f"DataParallel's device 0 holds {dp['device0_bytes']} bytes at its peak, DDP's rank 0 "
+                   f"{ddp['device0_bytes']}")
 
 
 CLAIMS: tuple[Claim, ...] = (
@@ -306,16 +313,15 @@ def _when(row: Row) -> str:
     return str(row.measured_at or row.commit_date or "")
 
 
-def _proof_figures(proof: Path) -> dict[str, dict[str, Any]]:
-    """The newest budgeted run's figures of each machine under ``proof`` (runs without headlines are left out)."""
-    runs: dict[str, dict[str, Any]] = {}
-    for path in sorted(proof.glob("*/figures.json")) if proof.is_dir() else []:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if "machine" not in data or not any(key.startswith("headline ") for key in data):
+def _proof_runs(proof: Path) -> dict[str, ProofRun]:
+    """The newest budgeted run of each machine under ``proof`` (runs without headlines are left out)."""
+    runs: dict[str, ProofRun] = {}
+    for run in read_proofs(proof):
+        if run.machine is None or not any(piece.startswith("headline ") for piece in run.outcomes):
             continue
-        held = runs.get(data["machine"])
-        if held is None or str(data.get("date", "")) >= str(held.get("date", "")):
-            runs[data["machine"]] = data
+        held = runs.get(run.machine)
+        if held is None or str(run.facts.get("date", "")) >= str(held.facts.get("date", "")):
+            runs[run.machine] = run
     return runs
 
 
@@ -336,9 +342,9 @@ def machine_sources(results: str | os.PathLike[str], proof: str | os.PathLike[st
     by_machine: dict[str, list[Row]] = {}
     for row in rows:
         by_machine.setdefault(row.machine, []).append(row)
-    runs = _proof_figures(Path(proof))
+    runs = _proof_runs(Path(proof))
     names = sorted(set(by_machine) | set(runs), key=lambda name: (not name.startswith("cpu"), name))
-    return [Source(name, _newest(by_machine.get(name, ())), runs.get(name, {})) for name in names]
+    return [Source(name, _newest(by_machine.get(name, ())), runs.get(name)) for name in names]
 
 
 def _cell(claim: Claim, reading: Reading | None) -> str:

@@ -43,13 +43,13 @@ from types import FrameType
 
 from pitfalls.grids import chosen_grid
 from pitfalls.runner import processes, store
-from pitfalls.runner.conf import CONF_NAME, RunnerError, project_paths, write_staged_conf
+from pitfalls.runner.conf import CONF_NAME, RunnerError, project_paths
 from pitfalls.runner.gate import gated_families
 from pitfalls.runner.machine import DIRTY_SUFFIX, MachineRecord, hardware, machine_name, record_machine
 from pitfalls.runner.progress import Durations, Progress, durations_of, newest_durations, time_table
+from pitfalls.runner.staged import StagedRun, run_staged
 from pitfalls.runner.staging import Stage, remove_stale
 from pitfalls.runner.worktree import changed_files, describe_changes, head_commit
-from pitfalls_asv_main import command as asv_command
 
 __all__ = ["INSTALLED_ENV", "Interrupted", "JobOptions", "in_stage", "main", "prepare_machine", "run_job", "run_marked"]
 
@@ -84,17 +84,6 @@ def signals_raise() -> Iterator[None]:
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)
-
-
-@contextmanager
-def signals_deferred() -> Iterator[None]:
-    """Hold SIGTERM and SIGINT back (they arrive when this ends): a merge must not stop half-way."""
-    held = {signal.SIGTERM, signal.SIGINT}
-    signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
 
 
 @dataclass(frozen=True)
@@ -153,15 +142,6 @@ def _check_dirty(options: JobOptions, ignore: Sequence[Path]) -> str:
     return DIRTY_SUFFIX
 
 
-def _copy_results(results_dir: Path, staged: Path) -> None:
-    # asv reads earlier results (which commits exist, what to skip) and adds to them; no lock is needed for the
-    # copy: every file under results/ is replaced by an atomic rename, so each copy is of one whole version.
-    if results_dir.is_dir():
-        shutil.copytree(results_dir, staged, ignore=shutil.ignore_patterns(store.LOCK_NAME, "*.partial-*"))
-    else:
-        staged.mkdir(parents=True)
-
-
 def _keep_unmerged(root: Path, stage: Stage) -> Path:
     kept = root / UNMERGED / stage.path.name
     if kept.exists():
@@ -215,41 +195,40 @@ def _measure(options: JobOptions, stage: Stage, paths: dict[str, Path], suffix: 
     record = prepare_machine(results_dir, options.python, suffix=suffix)
     facts = ", ".join(f"{key} {value}" for key, value in sorted(record.facts.items()) if key != "machine")
     log(f"== machine {record.name} ({facts})")
-    _copy_results(results_dir, stage.results)
-    before = store.snapshot(stage.results)
-    conf = write_staged_conf(options.root / CONF_NAME, stage.path, results_dir=stage.results)
     run_args = list(options.history) or ["-E", INSTALLED_ENV, "--set-commit-hash", head_commit(options.root)]
-    command = [*asv_command(options.python), "run", "--config", str(conf), "--machine", record.name, *run_args,
-               *options.asv_args]
     log(f"== asv run {' '.join(run_args + list(options.asv_args))} (grid {grid})")
     env = dict(os.environ, TMPDIR=str(stage.tmp), PITFALLS_GRID=grid)
     # The main job's own environment (installed-py<X.Y>-torch<version>) first; history runs take any.
     expected = newest_durations(results_dir, record.name, "installed-*")
     started = time.time()
-    status = run_followed(command, stage, env, Progress(expected))
-    run_durations = _this_run(stage.results / record.name, started)
-    if status not in (0, 2):
-        log(f"asv run failed (exit {status}); results/ is unchanged")
-        return status
-    with store.locked(results_dir):
-        with signals_deferred():
-            try:
-                written = store.merge_into(stage.results, results_dir, before=before)
-            except RunnerError as error:
-                kept = _keep_unmerged(options.root, stage)
-                raise RunnerError(f"{error}; the measured results are kept in {kept}: once fixed, merge them with "
-                                  f"`pitfalls merge {kept} --out {results_dir}`") from error
-            merged.extend(written or ["(nothing new)"])
+
+    def publish(written: list[str]) -> int:
         for relative in written:
             log(f"  {results_dir.name}/{relative}")
         log(f"== {len(written)} results file(s) merged into {results_dir}")
-        if options.publish:
-            log("== publishing the HTML site")
-            published = run_marked([options.python, "-m", "pitfalls.site.localize", "--config",
-                              str(options.root / CONF_NAME)], stage)
-            if published != 0:
-                log(f"publishing failed (exit {published}); the results are merged")
-                return published
+        if not options.publish:
+            return 0
+        log("== publishing the HTML site")
+        return run_marked([options.python, "-m", "pitfalls.site.localize", "--config", str(options.root / CONF_NAME)],
+                          stage)
+
+    run = StagedRun(options.root, results_dir, stage.path, record.name, (*run_args, *options.asv_args),
+                    options.python)
+    try:
+        done = run_staged(run, lambda command: run_followed(command, stage, env, Progress(expected)),
+                          lambda written: merged.extend(written or ["(nothing new)"]), publish)
+    except RunnerError as error:
+        kept = _keep_unmerged(options.root, stage)
+        raise RunnerError(f"{error}; the measured results are kept in {kept}: once fixed, merge them with "
+                          f"`pitfalls merge {kept} --out {results_dir}`") from error
+    status = done.status
+    run_durations = _this_run(stage.results / record.name, started)
+    if done.merged is None:
+        log(f"asv run failed (exit {status}); results/ is unchanged")
+        return status
+    if done.after != 0:
+        log(f"publishing failed (exit {done.after}); the results are merged")
+        return done.after
     if run_durations.benchmarks:
         log(f"== where the time went ({Path(run_durations.source).name}, asv's durations)")
         for line in time_table(run_durations):

@@ -1,4 +1,5 @@
-"""`scan-loader` on a device for `scripts/gpu-proof`: the parts that need CUDA (pinning, the copy to the GPU)."""
+"""`scan-loader` on a device for ``scripts/gpu-run``'s ``proof scan_loader`` piece: the parts that need CUDA (pinning,
+the copy to the GPU)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ def pinned_against_unpinned(device: str, _sizes: Any = None) -> list[dict[str, A
     """Scan the loader family's ``naive`` variant at workers 0 and 1, pin_memory off and on where CUDA is.
 
     Args:
-        device: "cuda" for the proof (pinning timed); "cpu" for a dry run (pinning reads n/a with the reason).
+        device: "cuda" for the proof (pinning timed); "cpu" for a rehearsal (pinning reads n/a with the reason).
 
     Returns:
         One row per setting: samples/s, wait share, verdict, batches timed, or why it was skipped.

@@ -143,8 +143,8 @@ def planted_cost(model_ms: float, device: torch.device) -> Callable[..., None] |
 
 def planted_against_measured(model_ms: float, device: torch.device, calls: int = 10) -> tuple[float, float]:
     """(planted, measured) milliseconds per call of `planted_cost` on ``device``: the median of ``calls`` calls after
-    one, each synchronized (``scripts/gpu-proof`` reads the GPU loop's sizing with it). The median, since a loaded
-    host that preempts a call can only lengthen it."""
+    one, each synchronized (``scripts/gpu-run``'s step cost piece reads the GPU loop's sizing with it). The median,
+    since a loaded host that preempts a call can only lengthen it."""
     cost = planted_cost(model_ms, device)
     if cost is None:
         raise ValueError(f"model_ms={model_ms} plants no cost; allowed: a value > 0")
