@@ -142,6 +142,8 @@ def launch(command: Sequence[str], timeout_s: float, log: Path, env: Mapping[str
     """
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as sink:
-        done = processes.run(command, timeout_s=timeout_s, grace_s=grace_s, env=env, stdout=sink,
-                             stderr=subprocess.STDOUT)
-    return done.returncode, done.timed_out
+        try:
+            return processes.run(command, timeout_s=timeout_s, grace_s=grace_s, env=env, stdout=sink,
+                                 stderr=subprocess.STDOUT).returncode, False
+        except subprocess.TimeoutExpired:
+            return None, True

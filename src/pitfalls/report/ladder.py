@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pitfalls.report.loading import read_results
+from pitfalls.report.loading import file_rows
 from pitfalls.report.rows import Row
 
 __all__ = ["COLUMNS", "Column", "ladder_lines", "main", "rows_of_file"]
@@ -53,16 +53,8 @@ COLUMNS: tuple[Column, ...] = (
 
 
 def rows_of_file(path: Path) -> list[Row]:
-    """The rows of one asv results file (``<results>/<machine>/<commit>-<env>.json``), CPU cases only.
-
-    Raises:
-        ValueError: the path is not such a file (the message says what is expected).
-    """
-    if path.suffix != ".json" or "-" not in path.stem or not path.is_file():
-        raise ValueError(f"{str(path)!r} is not an asv results file (<results>/<machine>/<commit>-<env>.json)")
-    commit, env = path.stem.split("-", 1)
-    loaded = read_results(path.parent.parent, machine=path.parent.name, commit=commit)
-    return [row for row in loaded.rows if row.env == env and row.params.get("device") == "cpu"]
+    """The CPU cases' rows of one asv results file (`pitfalls.report.loading.file_rows`)."""
+    return [row for row in file_rows(path) if row.params.get("device") == "cpu"]
 
 
 def _value(row: Row | None) -> float | None:

@@ -101,9 +101,11 @@ def render_page(
             command.append(f"--screenshot={target}")
         command.append(url)
         # Its group holds Chromium's helper processes: a timeout ends them too.
-        done = processes.run(command, timeout_s=timeout_s, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if done.timed_out:
-        raise RuntimeError(f"chromium did not finish rendering {url} within {timeout_s} s")
+        try:
+            done = processes.run(command, timeout_s=timeout_s, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"chromium did not finish rendering {url} within {timeout_s} s") from None
     if done.returncode != 0 or not done.stdout.strip():
         tail = "\n".join(done.stderr.strip().splitlines()[-15:])
         raise RuntimeError(f"chromium exited with code {done.returncode} rendering {url}:\n{tail}")
