@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from asv_results import FACTS, add, benchmark, results, write_machine, write_sui
 
 import pitfalls_asv
 from pitfalls.asv_files import read_json, result_files
-from pitfalls.runner import compare, machine, store
+from pitfalls.runner import compare, machine, processes, store
 from pitfalls.runner.conf import RunnerError, load_conf, project_paths, write_staged_conf
 from pitfalls.runner.merge import merge_folders
 from pitfalls.runner.relabel import relabel
@@ -391,6 +392,24 @@ def test_the_counts_gate_catches_a_new_hazard_and_ignores_a_slower_time(tmp_path
     # The same 30x slower time fails asv's own comparison once times are gated.
     assert compare.counts_verdict(conf, "box", "installed-py3.11-torch2.13.0", "a" * 40, "b" * 40, 1.2,
                                   pattern=compare.TIMES)
+
+
+# --- a run's processes -----------------------------------------------------------------------------------------
+
+
+def test_a_runs_processes_in_other_groups_are_found_by_the_marker_and_stopped(tmp_path):
+    # As asv's forkserver: a process of the run that leaves the group of the process the run started.
+    code = ("import os, subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import os, time; "
+            "os.setpgid(0, 0); print(os.getpid(), flush=True); time.sleep(120)']); time.sleep(120)")
+    marker = str(tmp_path)
+    child = processes.start([sys.executable, "-c", code], marker=marker, stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    server = int(child.stdout.readline())
+    assert os.getpgid(server) not in (os.getpgid(0), child.pid)
+    assert {p.pid for p in processes.run_processes(marker)} == {child.pid, server}
+    assert processes.run_processes(marker + "-another") == []
+    assert processes.stop(marker, grace_s=1.0, extra=[child]) == sorted([child.pid, server])
+    assert child.returncode == -signal.SIGTERM and processes.run_processes(marker) == []
 
 
 # --- the working tree --------------------------------------------------------------------------------------------

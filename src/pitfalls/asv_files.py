@@ -99,10 +99,9 @@ def read_json(path: str | os.PathLike[str], api_version: int) -> dict[str, Any]:
 
     try:
         # With an api_version asv reads only an object holding a "version" key (a list or a string fails here).
-        data = util.load_json(str(path), api_version=api_version)
+        return util.load_json(str(path), api_version=api_version)
     except (util.UserError, OSError, TypeError, ValueError) as error:
         raise Unreadable(path, _reason(path, error, Path(path).name)) from error
-    return data
 
 
 def durations(results: Any) -> tuple[dict[str, float], dict[str, float]]:

@@ -1,11 +1,10 @@
 """Start asv so that every process it spawns can be found and stopped, even after asv itself is gone.
 
-asv runs in its own process group, and its forkserver in another one (asv starts it with ``setpgid``), and the
-benchmark children fork from that server: killing one group, or asv's PID, leaves the rest running (a killed
-main job used to leave asv measuring for about 100 s under PID 1). Every process a job starts therefore carries
-one environment variable, ``PITFALLS_RUN=<the job's staging folder>``, which every descendant inherits; the job
-(or the next job, for a run that was killed with SIGKILL) finds them by it and stops their process groups through
-the one launcher, `pitfalls.processes`.
+asv runs in its own process group, its forkserver in another (asv starts it with ``setpgid``), and the benchmark
+children fork from that server: killing one group, or asv's PID, leaves the rest running (a killed main job used to
+leave asv measuring for about 100 s under PID 1). So every process a job starts carries ``PITFALLS_RUN=<the job's
+staging folder>``, which its descendants inherit; the job (or the next one, after a SIGKILL) finds them by it and
+stops their groups through the one launcher, `pitfalls.processes`.
 """
 
 from __future__ import annotations
@@ -32,16 +31,9 @@ def start(command: Sequence[str], *, marker: str, env: Mapping[str, str] | None 
 
 def run_processes(marker: str) -> list[psutil.Process]:
     """Every live process whose environment holds ``PITFALLS_RUN=marker`` (this process excluded)."""
-    found = []
-    for process in psutil.process_iter():
-        if process.pid == os.getpid():
-            continue
-        try:
-            if process.environ().get(MARKER) == marker and launcher.alive(process):
-                found.append(process)
-        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess, OSError):
-            continue
-    return found
+    # One whose environment cannot be read (another user's, a zombie) has None there: not the run's.
+    return [process for process in psutil.process_iter(["environ"]) if process.pid != os.getpid()
+            and (process.info["environ"] or {}).get(MARKER) == marker and launcher.alive(process)]
 
 
 def stop(marker: str, *, grace_s: float = launcher.GRACE_S, extra: Iterable[subprocess.Popen] = ()) -> list[int]:

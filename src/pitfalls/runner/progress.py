@@ -68,16 +68,15 @@ def newest_durations(results_dir: Path, machine: str, env: str) -> Durations:
         found = [results_dir / relative for relative in asv_files.result_files(results_dir, name)]
         return [p for p in found if fnmatch.fnmatch(p.name, f"*-{env}.json")] or found
 
-    loaded = []
+    found = []
     for path in files(machine) or [p for name in asv_files.machines(results_dir) for p in files(name)]:
         with contextlib.suppress(asv_files.Unreadable):
-            loaded.append((asv_files.load(path), path))
-    # asv's "date" of a results file is its commit's date: a fresh clone gives every file the same mtime.
-    for results, path in sorted(loaded, key=lambda item: float(item[0].date or 0), reverse=True):
-        benchmarks, caches = asv_files.durations(results)
-        if benchmarks:
-            return Durations(benchmarks, caches, str(path))
-    return Durations()
+            results = asv_files.load(path)
+            benchmarks, caches = asv_files.durations(results)
+            if benchmarks:  # asv's "date" is its commit's: a fresh clone gives every file the same mtime
+                date = results.date if isinstance(results.date, (int, float)) else 0
+                found.append((date, Durations(benchmarks, caches, str(path))))
+    return max(found, key=lambda dated: dated[0])[1] if found else Durations()
 
 
 def _minutes(seconds: float) -> str:

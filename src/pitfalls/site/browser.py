@@ -40,11 +40,7 @@ OFFLINE_FLAGS = (
 
 def find_chromium() -> str | None:
     """Return the path of a Chromium executable on PATH, or None."""
-    for name in CHROMIUM_NAMES:
-        path = shutil.which(name)
-        if path is not None:
-            return path
-    return None
+    return next(filter(None, map(shutil.which, CHROMIUM_NAMES)), None)
 
 
 def render_page(
