@@ -17,9 +17,10 @@ import pytest
 from pitfalls.cli import build_parser
 from pitfalls.docs import Docs, broken_links, pages
 from pitfalls.docs.blocks import END, blocks, opening
-from pitfalls.docs.picture import chart_of, draw, file_rows, fingerprint, png_fingerprint
+from pitfalls.docs.picture import chart_of, draw, fingerprint, png_fingerprint
 from pitfalls.docs.results_index import results_lines
 from pitfalls.registry import BUILTIN
+from pitfalls.report.loading import file_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

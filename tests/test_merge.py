@@ -19,7 +19,7 @@ from sandbox import (
     tree_digest,
 )
 
-from pitfalls.runner import store
+from pitfalls import asv_files
 from pitfalls.site import browser
 from pitfalls.site.server import serving
 
@@ -135,7 +135,7 @@ def test_merge_refuses_a_folder_of_another_suite_and_changes_nothing(fleet, tmp_
     first, second = fleet["first"], fleet["second"]
     other = tmp_path / "other"
     subprocess.run(["cp", "-a", str(second / "results"), str(other)], check=True)
-    suite = store.read_json(other / "benchmarks.json", 2)
+    suite = asv_files.read_json(other / "benchmarks.json", 2)
     suite[BENCH]["version"] = "0" * 64
     util.write_json(str(other / "benchmarks.json"), suite, api_version=2)
     out = fleet["root"] / "merged"

@@ -27,7 +27,7 @@ import torch
 from torch.distributed import TCPStore
 
 from pitfalls import cli, devices, registry
-from pitfalls.distributed import RankFailed, launch, loopback_store, step_seconds, time_steps
+from pitfalls.distributed import RankFailed, loopback_store, step_seconds, time_steps
 from pitfalls.distributed.control import LOOPBACK
 from pitfalls.families.parallel import checks as parallel_calibration
 from pitfalls.families.parallel import entry as parallel
@@ -711,17 +711,6 @@ def test_a_rank_killed_without_a_word_is_reported_with_its_exit(no_process_left)
     message = str(failure.value)
     assert f"rank 1 (pid {killed}) was killed by SIGKILL" in message and "did not report" not in message
     assert alive(group.rank_pids) == []
-
-
-def test_a_process_that_is_not_the_rank_any_more_is_never_signalled(monkeypatch):
-    # The group holds each rank as the psutil.Process it started; one that psutil no longer sees as that process
-    # (its pid perhaps another's now) is skipped, not terminated.
-    signalled = []
-    gone = SimpleNamespace(is_running=lambda: False, terminate=lambda: signalled.append("gone"), kill=lambda: None)
-    popen = SimpleNamespace(poll=lambda: None, wait=lambda: 0)
-    monkeypatch.setattr(psutil, "wait_procs", lambda procs, timeout: (procs, []))
-    launch._stop([popen], [gone], 0.1)
-    assert signalled == []
 
 
 @pytest.mark.slow

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 
+from asv.results import Results
+from asv.runner import BenchmarkResult
+from asv_results import write_machine
+
+from pitfalls.asv_files import file_name
 from pitfalls.runner.progress import Durations, Progress, durations_of, newest_durations, time_table
 
 
@@ -17,15 +21,19 @@ class Clock:
         return self.now
 
 
-def planted(path: Path, date: int, durations: dict[str, float], caches: dict[str, float]) -> Path:
-    """A results file as asv writes it, with planted durations."""
-    columns = ["result", "params", "version", "started_at", "duration"]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({
-        "date": date, "result_columns": columns,
-        "results": {name: [[1.0], [], "v", 0, seconds] for name, seconds in durations.items()},
-        "durations": {f"<setup_cache {module}:12>": seconds for module, seconds in caches.items()}}))
-    return path
+def planted(results_dir: Path, machine: str, commit: str, date: int, durations: dict[str, float],
+            caches: dict[str, float]) -> Path:
+    """A results file and its machine.json written by asv's own API, with planted durations; returns its path."""
+    env_name = "installed-py3.11-torch2.13.0"
+    res = Results({"machine": machine}, {}, commit, date, "3.11", env_name, {})
+    for name, seconds in durations.items():
+        outcome = BenchmarkResult(result=[1.0], samples=[None], number=[None], errcode=0, stderr="", profile=None)
+        res.add_result({"name": name, "version": "v", "params": []}, outcome, duration=seconds)
+    for module, seconds in caches.items():
+        res.set_setup_cache_duration(f"{module}:12", seconds)
+    res.save(str(results_dir))
+    write_machine(results_dir, machine)
+    return results_dir / file_name(machine, commit, env_name)
 
 
 EXPECTED = Durations({"bench_loss.Step.time_step": 20.0, "bench_calibration.Error.track_error": 190.0,
@@ -64,8 +72,8 @@ def test_follow_passes_every_line_and_ends_its_heartbeat() -> None:
 
 
 def test_the_time_table_and_the_newest_run_by_commit_date(tmp_path: Path) -> None:
-    old = planted(tmp_path / "m" / "aaaa-installed-py3.11-torch2.13.0.json", 1, {"bench_loss.Step.time_step": 1}, {})
-    new = planted(tmp_path / "m" / "bbbb-installed-py3.11-torch2.13.0.json", 2,
+    old = planted(tmp_path, "m", "a" * 40, 1, {"bench_loss.Step.time_step": 1}, {})
+    new = planted(tmp_path, "m", "b" * 40, 2,
                   {"bench_loss.Step.time_step": 22.4, "bench_loss.Speedup.track_speedup": 54.2,
                    "bench_calibration.Error.track_error": 190.1}, {"bench_loss": 36.3})
     old.touch()  # the newest file on disk is not the newest run: a fresh clone gives every file one time

@@ -203,7 +203,7 @@ def project(tmp_path_factory) -> Project:
 
 @pytest.fixture(scope="module")
 def rows(project) -> list[Row]:
-    return report.load_results(project.results)
+    return list(report.read_results(project.results).rows)
 
 
 def result_file(results: Path, commit: str, second: bool = False) -> Path:
@@ -306,7 +306,7 @@ def test_skipped_and_failed_cases_have_no_value_and_say_which(rows):
 
 @uses_asv_run
 def test_newest_commit_by_default_and_a_commit_prefix_selects_another(project, rows):
-    older = report.load_results(project.results, commit=project.first_commit[:7])
+    older = list(report.read_results(project.results, commit=project.first_commit[:7]).rows)
     assert {r.commit for r in older} == {project.first_commit}
     assert len({r.env for r in older}) == 1  # the first commit ran in one environment, one class only
     assert {r.benchmark for r in older} == {"bench_toy.Count.track_hazards"}
@@ -331,31 +331,31 @@ def test_without_benchmarks_json_units_come_from_the_names(project, tmp_path):
 
 @uses_asv_run
 def test_machine_filter(project, rows):
-    assert report.load_results(project.results, machine="toybox") == rows
+    assert list(report.read_results(project.results, machine="toybox").rows) == rows
 
 
 @uses_asv_run
 def test_unknown_machine_names_the_folder_and_the_known_ones(project):
     with pytest.raises(ValueError, match="machine='elsewhere'") as error:
-        report.load_results(project.results, machine="elsewhere")
+        report.read_results(project.results, machine="elsewhere")
     assert "toybox" in str(error.value) and str(project.results) in str(error.value)
 
 
 @uses_asv_run
 def test_unknown_commit_lists_the_commits_with_results(project):
     with pytest.raises(ValueError, match="commit='deadbeef'") as error:
-        report.load_results(project.results, commit="deadbeef")
+        report.read_results(project.results, commit="deadbeef")
     assert project.first_commit[:8] in str(error.value) and project.second_commit[:8] in str(error.value)
 
 
 def test_a_folder_without_results_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="holds no asv results") as error:
-        report.load_results(tmp_path)
+        report.read_results(tmp_path)
     assert str(tmp_path) in str(error.value)
     with pytest.raises(ValueError, match="is not a folder"):
-        report.load_results(tmp_path / "missing")
+        report.read_results(tmp_path / "missing")
     with pytest.raises(TypeError, match="results_dir"):
-        report.load_results(42)
+        report.read_results(42)
 
 
 # ----------------------------------------------------------------------------------------------- markdown
@@ -739,7 +739,7 @@ def test_a_benchmark_missing_from_benchmarks_json_is_listed_under_other_benchmar
     rename_single_to_ghost(result_file(copy, project.second_commit))
     with caplog.at_level(logging.WARNING):
         text = report.write_report(copy, tmp_path / "report").read_text(encoding="utf-8")
-    ghosts = [r for r in report.load_results(copy) if r.benchmark == "bench_toy.Ghost.time_ghost"]
+    ghosts = [r for r in report.read_results(copy).rows if r.benchmark == "bench_toy.Ghost.time_ghost"]
     assert len(ghosts) == 4 and not any(r.in_suite for r in ghosts)
     assert "benchmarks.json does not describe" in section(text, "#### other benchmarks")
     ghost = section(text, "#### other: bench_toy.Ghost: per param1, param2, param3")
@@ -769,7 +769,7 @@ def test_a_result_whose_axes_are_not_benchmarks_json_s_is_listed_under_other_ben
     edit_results(result_file(copy, project.second_commit), drop_last_axis)
     with caplog.at_level(logging.WARNING):
         text = report.write_report(copy, tmp_path / "report").read_text(encoding="utf-8")
-    rows = [r for r in report.load_results(copy)
+    rows = [r for r in list(report.read_results(copy).rows)
             if r.benchmark == "bench_toy.Single.time_single" and r.commit.startswith(project.second_commit[:8])]
     odd = [r for r in rows if not r.in_suite]  # the edited file's; the other environment's stay in the suite
     assert odd and len(odd) < len(rows)

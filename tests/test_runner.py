@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,8 @@ from asv.results import Results
 from asv_results import FACTS, add, benchmark, results, write_machine, write_suite
 
 import pitfalls_asv
-from pitfalls.runner import compare, machine, store
+from pitfalls.asv_files import read_json, result_files
+from pitfalls.runner import compare, machine, processes, store
 from pitfalls.runner.conf import RunnerError, load_conf, project_paths, write_staged_conf
 from pitfalls.runner.merge import merge_folders
 from pitfalls.runner.relabel import relabel
@@ -225,7 +227,7 @@ def test_two_runs_of_different_subsets_both_land(tmp_path):
     with store.locked(target):
         store.merge_into(first, target, before={})
         store.merge_into(second, target, before={})
-    [relative] = store.result_files(target)
+    [relative] = result_files(target)
     merged = Results.load(str(target / relative))
     assert merged.get_result_value(HAZARDS["name"], HAZARDS["params"]) == [5, 0]
     assert merged.get_result_value(SAMPLER["name"], SAMPLER["params"]) == [2, 0]
@@ -240,7 +242,7 @@ def test_only_what_a_run_measured_is_taken_from_its_staged_copy(tmp_path):
 
     shutil.copytree(target, staged)
     before = store.snapshot(staged)
-    [relative] = store.result_files(staged)
+    [relative] = result_files(staged)
     res = Results.load(str(staged / relative))
     add(res, HAZARDS, [4, 0], minute=5)
     res.save(str(staged))
@@ -261,7 +263,7 @@ def test_a_merge_never_thins_machine_facts(tmp_path):
     source = staged_folder(tmp_path / "source", (SAMPLER, [2, 0]))
     util.write_json(str(source / "box" / "machine.json"), {"machine": "box", "gpu": "X"}, api_version=1)
     store.merge_into(source, target, suite="union")
-    facts = store.read_json(target / "box" / "machine.json", 1)
+    facts = read_json(target / "box" / "machine.json", 1)
     assert facts == {**FACTS, "machine": "box", "gpu": "X"}
 
 
@@ -269,7 +271,7 @@ def test_an_unreadable_file_stops_the_merge_before_anything_changes(tmp_path):
     target = staged_folder(tmp_path / "results", (HAZARDS, [5, 0]), commit="b" * 40)
     source = staged_folder(tmp_path / "source", (SAMPLER, [2, 0]), commit="b" * 40)
     staged_folder(source, (STEP, [0.5]), commit="c" * 40)
-    broken = target / store.result_files(target)[0]
+    broken = target / result_files(target)[0]
     broken.write_text(broken.read_text()[:50])
     digest = tree_digest(target)
     with pytest.raises(RunnerError, match=str(broken)):
@@ -390,6 +392,24 @@ def test_the_counts_gate_catches_a_new_hazard_and_ignores_a_slower_time(tmp_path
     # The same 30x slower time fails asv's own comparison once times are gated.
     assert compare.counts_verdict(conf, "box", "installed-py3.11-torch2.13.0", "a" * 40, "b" * 40, 1.2,
                                   pattern=compare.TIMES)
+
+
+# --- a run's processes -----------------------------------------------------------------------------------------
+
+
+def test_a_runs_processes_in_other_groups_are_found_by_the_marker_and_stopped(tmp_path):
+    # As asv's forkserver: a process of the run that leaves the group of the process the run started.
+    code = ("import os, subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import os, time; "
+            "os.setpgid(0, 0); print(os.getpid(), flush=True); time.sleep(120)']); time.sleep(120)")
+    marker = str(tmp_path)
+    child = processes.start([sys.executable, "-c", code], marker=marker, stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    server = int(child.stdout.readline())
+    assert os.getpgid(server) not in (os.getpgid(0), child.pid)
+    assert {p.pid for p in processes.run_processes(marker)} == {child.pid, server}
+    assert processes.run_processes(marker + "-another") == []
+    assert processes.stop(marker, grace_s=1.0, extra=[child]) == sorted([child.pid, server])
+    assert child.returncode == -signal.SIGTERM and processes.run_processes(marker) == []
 
 
 # --- the working tree --------------------------------------------------------------------------------------------

@@ -22,10 +22,10 @@ from typing import Any
 from asv import runner as asv_runner_script
 from asv import util as asv_util
 
+from pitfalls.asv_files import SUITE_API, read_json
 from pitfalls.checkout import ROOT, NoCheckout, require_checkout
 
 COMMITTED = ROOT / "results" / "benchmarks.json"
-API_VERSION = 2  # asv's Benchmarks.api_version
 REFRESH = "python -m pitfalls.suite_description --write"
 # What the main job leaves out of the suite's environment: plug-in families and another grid change the suite.
 UNSET = ("PITFALLS_FAMILIES", "PITFALLS_GRID", "PITFALLS_ROUNDS")
@@ -40,11 +40,6 @@ def discovered(benchmarks: Path = ROOT / "benchmarks") -> dict[str, Any]:
         subprocess.run(command, cwd=tmp, env=env, check=True, capture_output=True, text=True, timeout=600)
         listed = json.loads(out.read_text())
     return {benchmark["name"]: benchmark for benchmark in listed}
-
-
-def committed(path: Path = COMMITTED) -> dict[str, Any]:
-    """The committed description, by benchmark name (asv's file without its version key)."""
-    return asv_util.load_json(str(path), api_version=API_VERSION)
 
 
 def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -70,10 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"{parser.prog}: {error}\n")
     new = discovered()
     if args.write:
-        asv_util.write_json(str(COMMITTED), new, API_VERSION)
+        asv_util.write_json(str(COMMITTED), new, SUITE_API)
         print(f"wrote {COMMITTED.relative_to(ROOT)}: {len(new)} benchmarks")
         return 0
-    lines = differences(committed(), new)
+    lines = differences(read_json(COMMITTED, SUITE_API), new)
     for line in lines:
         print(line)
     if lines:

@@ -5,8 +5,8 @@ ranks' work, not process starts. How it is put together:
 
 - **Processes.** Each rank is a fresh interpreter (``subprocess`` with exec: nothing is forked from the benchmark
   process, so no CUDA state is inherited), given torchrun's environment contract (RANK, LOCAL_RANK, WORLD_SIZE,
-  MASTER_ADDR, MASTER_PORT), and held as a `psutil.Process` from the moment it starts; a signal goes to it only
-  after psutil has checked it is still that process (a pid may be reused once a process is reaped).
+  MASTER_ADDR, MASTER_PORT), started and stopped with its process group by the one launcher, `pitfalls.processes`,
+  which signals no rank once it is reaped (its pid may be another's by then).
 - **Nothing listens beyond this machine.** One store, `control.loopback_store`, listens on 127.0.0.1 only and is
   both the control channel and the ranks' rendezvous (``TORCHELASTIC_USE_AGENT_STORE``: no rank hosts a store of
   its own); the ranks' gloo and nccl sockets are pinned to the loopback interface (``GLOO_SOCKET_IFNAME``,
@@ -17,7 +17,7 @@ ranks' work, not process starts. How it is put together:
   SIGUSR1 and writes its stack. Then every rank is stopped and `RankFailed` carries the account. Timeouts nest:
   a command's (``step_timeout_s``) is shorter than the ranks' process group's, which is shorter than asv's
   benchmark timeout, so the group, not asv, ends a hang and the stack is kept.
-- **Nothing is left behind.** `RankGroup.close` asks the ranks to stop, then terminates and kills what is left;
+- **Nothing is left behind.** `RankGroup.close` asks the ranks to stop, then terminates and kills the groups left;
   if the group is never closed, a finalizer does the same, and ranks whose driving process is gone exit on their
   own (`server`).
 """
@@ -37,9 +37,9 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import IO
 
-import psutil
 from torch.distributed import DistStoreError, TCPStore
 
+from pitfalls import processes
 from pitfalls.distributed.control import (
     CONTROL_ENV,
     LAUNCHER_ENV,
@@ -77,24 +77,10 @@ def _describe_exit(rank: int, pid: int, code: int | None) -> str:
     return f"rank {rank} (pid {pid}) exited with code {code}"
 
 
-def _stop(popens: Sequence[subprocess.Popen[bytes]], processes: Sequence[psutil.Process], grace_s: float) -> None:
-    """Terminate every rank still running (identity checked by psutil), wait, then kill what is left."""
-    live = [p for popen, p in zip(popens, processes, strict=True) if popen.poll() is None and p.is_running()]
-    for process in live:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.terminate()
-    _, alive = psutil.wait_procs(live, timeout=grace_s)
-    for process in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.kill()
-    for popen in popens:
-        popen.wait()  # reaps it: its pid may not be reused before this
-
-
-def _finalize(popens: list[subprocess.Popen[bytes]], processes: list[psutil.Process], logs: list[IO[bytes]]) -> None:
+def _finalize(popens: list[subprocess.Popen[bytes]], logs: list[IO[bytes]]) -> None:
     """Stop what a group left running; at `RankGroup.close` or, if never called, when the group is collected or
     the interpreter exits."""
-    _stop(popens, processes, STOP_GRACE_S)
+    processes.stop(popens, grace_s=STOP_GRACE_S)
     for log in logs:
         log.close()
 
@@ -140,20 +126,16 @@ class RankGroup:
         }
         self.logs: list[IO[bytes]] = []
         self.popens: list[subprocess.Popen[bytes]] = []
-        self.processes: list[psutil.Process] = []
-        self._finalizer = weakref.finalize(self, _finalize, self.popens, self.processes, self.logs)
+        self._finalizer = weakref.finalize(self, _finalize, self.popens, self.logs)
         for rank in range(world_size):
             # Each rank's output in a file with no name: nothing is left on disk whoever ends first.
             log = tempfile.TemporaryFile(prefix=f"pitfalls-rank{rank}-")
             self.logs.append(log)
             # A session of its own: a Ctrl-C meant for the benchmark process is not also delivered to the ranks,
             # which the group stops itself.
-            popen = subprocess.Popen([sys.executable, *entry, *args], stdin=subprocess.DEVNULL, stdout=log,
-                                     stderr=subprocess.STDOUT, start_new_session=True,
-                                     env={**common, "RANK": str(rank), "LOCAL_RANK": str(rank)})
-            self.popens.append(popen)
-            # Our child cannot be reaped (its pid reused) before we wait for it: this is that process.
-            self.processes.append(psutil.Process(popen.pid))
+            self.popens.append(processes.start([sys.executable, *entry, *args], stdin=subprocess.DEVNULL, stdout=log,
+                                               stderr=subprocess.STDOUT,
+                                               env={**common, "RANK": str(rank), "LOCAL_RANK": str(rank)}))
         self._watchers = [threading.Thread(target=self._watch, args=(rank,), daemon=True) for rank in range(world_size)]
         for watcher in self._watchers:
             watcher.start()
@@ -202,10 +184,9 @@ class RankGroup:
 
     def _hung(self, missing: Sequence[int]) -> list[int]:
         """Ask every rank that did not answer to write its stack; returns those still running."""
-        hung = [r for r in missing if self.popens[r].poll() is None and self.processes[r].is_running()]
+        hung = [r for r in missing if self.popens[r].poll() is None]
         for rank in hung:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                self.processes[rank].send_signal(signal.SIGUSR1)
+            self.popens[rank].send_signal(signal.SIGUSR1)  # Popen's own check: never once the rank is reaped
         time.sleep(STACK_GRACE_S)
         return hung
 

@@ -7,7 +7,8 @@ from pathlib import Path
 from pitfalls.docs.registry_tables import builtin_family
 from pitfalls.families.loader.variants import DEVICE_NORMALIZED, batch_bytes
 from pitfalls.markdown import code, table
-from pitfalls.report.ladder import ladder_lines, rows_of_file
+from pitfalls.report.ladder import ladder_lines
+from pitfalls.report.loading import file_rows
 
 __all__ = ["byte_lines", "ladder_of"]
 
@@ -18,7 +19,7 @@ def ladder_of(results_file: Path) -> list[str]:
     Raises:
         ValueError: the file is not a results file or holds no loader figures.
     """
-    lines = ladder_lines(rows_of_file(results_file))
+    lines = ladder_lines(file_rows(results_file))
     if not lines:
         raise ValueError(f"{results_file} holds no loader figures")
     return lines

@@ -14,26 +14,12 @@ import struct
 from pathlib import Path
 
 from pitfalls.report.chart_data import Chart, build_charts
-from pitfalls.report.loading import read_results
-from pitfalls.report.rows import Row
+from pitfalls.report.loading import file_rows
 
-__all__ = ["KEY", "chart_of", "draw", "file_rows", "fingerprint", "png_fingerprint"]
+__all__ = ["KEY", "chart_of", "draw", "fingerprint", "png_fingerprint"]
 
 KEY = "pitfalls-chart-data"
 _SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-def file_rows(results_file: Path) -> list[Row]:
-    """The rows of one asv results file, ``<results>/<machine>/<commit>-<env>.json``.
-
-    Raises:
-        ValueError: the path is not such a file.
-    """
-    if results_file.suffix != ".json" or "-" not in results_file.stem or not results_file.is_file():
-        raise ValueError(f"{str(results_file)!r} is not an asv results file (<results>/<machine>/<commit>-<env>.json)")
-    commit, env = results_file.stem.split("-", 1)
-    loaded = read_results(results_file.parent.parent, machine=results_file.parent.name, commit=commit)
-    return [row for row in loaded.rows if row.env == env]
 
 
 def chart_of(results_file: Path, benchmark: str) -> Chart:

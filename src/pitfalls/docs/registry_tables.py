@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pitfalls.asv_files import SUITE_API, read_json
 from pitfalls.family import FLOOR, Family, Param
 from pitfalls.markdown import code, link, table
 from pitfalls.registry import BUILTIN
@@ -77,7 +77,7 @@ def family_lines(entry: Family) -> list[str]:
 
 def benchmark_lines(family: str, description: Path) -> list[str]:
     """The asv benchmarks of a family as the committed suite description (``results/benchmarks.json``) has them."""
-    described: dict[str, Any] = json.loads(description.read_text(encoding="utf-8"))
+    described = read_json(description, SUITE_API)
     prefix = f"bench_{family}."
     mine = [b for name, b in described.items() if name.startswith(prefix) and isinstance(b, dict)]
     if not mine:

@@ -8,13 +8,13 @@ edits in ``results/EDITS.md``. The GPU runs under ``proof/`` have their own inde
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pitfalls import asv_files
 from pitfalls.markdown import code, link, table
 
 __all__ = ["results_lines"]
@@ -48,17 +48,15 @@ def _cases(values: Any) -> Iterator[str]:
 
 
 def _file_facts(path: Path) -> dict[str, Any]:
-    data = json.loads(path.read_text(encoding="utf-8"))
-    columns = data["result_columns"]
-    at, took, value = columns.index("started_at"), columns.index("duration"), columns.index("result")
-    runs = [entry for entry in data["results"].values() if len(entry) > max(at, took)]
-    starts = [entry[at] for entry in runs if entry[at] is not None]
-    ends = [entry[at] + 1000 * entry[took] for entry in runs if entry[at] is not None and entry[took] is not None]
-    counted = Counter(state for entry in data["results"].values() for state in _cases(entry[value]))
-    return {"commit": data["commit_hash"], "env": data["env_name"], "date": data["date"],
-            "torch": data["params"].get("torch", "not recorded"), "python": data["params"].get("python", "?"),
-            "benchmarks": len(data["results"]), "cases": counted, "first": min(starts, default=None),
-            "span": (max(ends) - min(starts)) / 1000 if starts and ends else None}
+    result = asv_files.load(path)
+    names = result.get_all_result_keys()
+    starts = {name: at for name in names if (at := result.started_at.get(name)) is not None}
+    ends = [at + 1000 * took for name, at in starts.items() if (took := result.duration.get(name)) is not None]
+    counted = Counter(state for name in names for state in _cases(result._results.get(name)))
+    return {"commit": result.commit_hash, "env": result.env_name, "date": result.date,
+            "torch": result.params.get("torch", "not recorded"), "python": result.params.get("python", "?"),
+            "benchmarks": len(names), "cases": counted, "first": min(starts.values(), default=None),
+            "span": (max(ends) - min(starts.values())) / 1000 if starts and ends else None}
 
 
 def _edited(results: Path) -> set[str]:
@@ -70,7 +68,7 @@ def _edited(results: Path) -> set[str]:
 
 
 def _machine_line(machine: Path) -> str:
-    facts = json.loads((machine / "machine.json").read_text(encoding="utf-8"))
+    facts = asv_files.read_json(machine / asv_files.MACHINE, asv_files.MACHINE_API)
     ram = f"{int(facts['ram']) / 2**30:.1f} GiB RAM" if str(facts.get("ram", "")).isdigit() else None
     said = [facts.get("cpu"), f"{facts['num_cpu']} CPUs" if facts.get("num_cpu") else None, ram,
             *(facts.get(k) for k in ("gpu", "gpu_driver", "cuda", "image", "arch", "os"))]
@@ -87,8 +85,8 @@ def results_lines(root: Path, page: Path) -> list[str]:
     results = root / "results"
     edited = _edited(results)
     lines: list[str] = []
-    for machine in sorted(p for p in results.iterdir() if (p / "machine.json").is_file()):
-        files = [(p, _file_facts(p)) for p in machine.glob("*.json") if p.name != "machine.json"]
+    for machine in (results / name for name in asv_files.machines(results)):
+        files = [(results / f, _file_facts(results / f)) for f in asv_files.result_files(results, machine.name)]
         files.sort(key=lambda item: (item[1]["date"], item[1]["env"]))
         body = []
         for path, facts in files:

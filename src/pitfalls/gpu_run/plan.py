@@ -9,13 +9,13 @@ tested with a fake clock and planted costs.
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from pitfalls import processes
 
 __all__ = ["DONE", "FAILED", "GRACE_S", "MARGIN_S", "NOT_SELECTED", "OVER_BUDGET", "STOPPED", "Entry", "Piece",
            "launch", "schedule"]
@@ -142,31 +142,8 @@ def launch(command: Sequence[str], timeout_s: float, log: Path, env: Mapping[str
     """
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as sink:
-        child = subprocess.Popen(list(command), stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
-                                 env=None if env is None else dict(env))
         try:
-            return child.wait(timeout=max(timeout_s, 0.0)), False
+            return processes.run(command, timeout_s=timeout_s, grace_s=grace_s, env=env, stdout=sink,
+                                 stderr=subprocess.STDOUT).returncode, False
         except subprocess.TimeoutExpired:
-            _stop_group(child, grace_s)
             return None, True
-        except BaseException:
-            _stop_group(child, grace_s)  # Ctrl-C of the run: its piece goes with it
-            raise
-
-
-def _stop_group(child: subprocess.Popen[bytes], grace_s: float) -> None:
-    for signum, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 30.0)):
-        try:
-            os.killpg(child.pid, signum)
-        except ProcessLookupError:
-            return
-        try:
-            child.wait(timeout=wait_s)
-            if signum == signal.SIGTERM:
-                # The group may outlive its leader (asv's benchmark processes): finish them too.
-                os.killpg(child.pid, signal.SIGKILL)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-        except ProcessLookupError:
-            return

@@ -6,7 +6,7 @@ report folder). Only `drawing` needs matplotlib, and it is loaded only when char
 """
 
 from pitfalls.report.chart_data import Chart, Panel, Series, build_charts
-from pitfalls.report.loading import LoadedResults, StandIn, Unreadable, load_results, read_results, torch_version
+from pitfalls.report.loading import LoadedResults, StandIn, Unreadable, read_results, torch_version
 from pitfalls.report.markdown import NA_NOTE, comparison_markdown, format_value, summary_markdown
 from pitfalls.report.rows import FAILED, FLOOR, OK, SKIPPED, Row, baseline_variant, env_label
 from pitfalls.report.writing import charts, write_report
@@ -32,7 +32,6 @@ __all__ = [
     "comparison_markdown",
     "env_label",
     "format_value",
-    "load_results",
     "read_results",
     "summary_markdown",
     "torch_version",

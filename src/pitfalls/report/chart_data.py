@@ -349,7 +349,7 @@ def build_charts(rows: Sequence[Row]) -> list[Chart]:
     time_, throughput (unit ".../s") or ratio (unit "x") figure that has a size axis.
 
     Args:
-        rows: rows from `pitfalls.report.load_results`.
+        rows: rows from `pitfalls.report.read_results`.
 
     Returns:
         The charts that have something measured to show.

@@ -183,7 +183,7 @@ def write_charts(rows: list[Row], out_dir: Path) -> list[tuple[Path, tuple[str, 
     """Build, draw and save every chart as ``out_dir/<name>.png`` (each written atomically).
 
     Args:
-        rows: rows from `pitfalls.report.load_results`.
+        rows: rows from `pitfalls.report.read_results`.
         out_dir: folder for the PNGs (created if missing).
 
     Returns:

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from pitfalls.markdown import table
-from pitfalls.report.loading import read_results
+from pitfalls.report.loading import file_rows
 from pitfalls.report.rows import Row
 
-__all__ = ["COLUMNS", "Column", "ladder_lines", "main", "rows_of_file"]
+__all__ = ["COLUMNS", "Column", "ladder_lines", "main"]
 
 # The case axes a line is told apart by; the workers are a line's columns; the device is the results' CPU.
 _WORKERS = "num_workers"
@@ -53,19 +53,6 @@ COLUMNS: tuple[Column, ...] = (
 )
 
 
-def rows_of_file(path: Path) -> list[Row]:
-    """The rows of one asv results file (``<results>/<machine>/<commit>-<env>.json``), CPU cases only.
-
-    Raises:
-        ValueError: the path is not such a file (the message says what is expected).
-    """
-    if path.suffix != ".json" or "-" not in path.stem or not path.is_file():
-        raise ValueError(f"{str(path)!r} is not an asv results file (<results>/<machine>/<commit>-<env>.json)")
-    commit, env = path.stem.split("-", 1)
-    loaded = read_results(path.parent.parent, machine=path.parent.name, commit=commit)
-    return [row for row in loaded.rows if row.env == env and row.params.get("device") == "cpu"]
-
-
 def _value(row: Row | None) -> float | None:
     return row.value if row is not None and row.measured else None
 
@@ -78,7 +65,8 @@ def ladder_lines(rows: Sequence[Row]) -> list[str]:
     """The ladder table (markdown lines) of the loader's rows of one run, then the lines left out.
 
     Args:
-        rows: one run's rows (`rows_of_file`); the verdict's figures are read at no planted step (``model_ms`` 0).
+        rows: one run's rows (`pitfalls.report.loading.file_rows`), of which its CPU cases are read; the verdict's
+            figures are read at no planted step (``model_ms`` 0).
 
     Returns:
         The heading, the separator, one line per rung and cache (asv's order), and a sentence naming the rungs with
@@ -89,7 +77,7 @@ def ladder_lines(rows: Sequence[Row]) -> list[str]:
     workers: dict[int, None] = {}
     wanted = {column.benchmark for column in COLUMNS}
     for row in rows:
-        if row.benchmark not in wanted or row.params.get(_PLANTED_STEP, 0) != 0:
+        if row.benchmark not in wanted or row.params.get(_PLANTED_STEP, 0) != 0 or row.params.get("device") != "cpu":
             continue
         params = {k: v for k, v in row.params.items() if k != _PLANTED_STEP}
         workers[int(params.pop(_WORKERS))] = None
@@ -136,7 +124,7 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], object] = print
     parser.add_argument("results_file", type=Path, help="results/<machine>/<commit>-<env>.json")
     args = parser.parse_args(argv)
     try:
-        lines = ladder_lines(rows_of_file(args.results_file))
+        lines = ladder_lines(file_rows(args.results_file))
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

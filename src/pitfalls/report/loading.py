@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from asv import results as asv_results
-from asv import util as asv_util
-from asv.machine import Machine
 
+from pitfalls import asv_files
 from pitfalls.report.rows import FAILED, OK, SKIPPED, Row
 
-__all__ = ["LoadedResults", "StandIn", "Unreadable", "load_results", "read_results", "torch_version"]
+__all__ = ["LoadedResults", "StandIn", "Unreadable", "file_rows", "read_results", "torch_version"]
 
 log = logging.getLogger(__name__)
 
@@ -33,14 +32,6 @@ log = logging.getLogger(__name__)
 _ASV_TYPES = {"time": "time", "peakmemory": "peakmem", "memory": "mem", "track": "track"}
 # A torch version inside an asv environment name: asv names a matrix environment "virtualenv-py3.11-torch2.13.0".
 _TORCH_IN_NAME = re.compile(r"(?:^|[-_])torch[-_]?(\d+(?:\.\d+)*[A-Za-z0-9.+]*)")
-# What a results file says about itself in its first bytes (asv writes these keys first); read from a file that
-# cannot be parsed, to tell which run it held.
-_HEADER = {
-    "commit": re.compile(r'"commit_hash":\s*"([0-9a-fA-F]+)"'),
-    "env": re.compile(r'"env_name":\s*"([^"]+)"'),
-    "date": re.compile(r'"date":\s*(\d+)'),
-}
-_NOT_RESULTS = ("machine.json", "benchmarks.json")
 
 
 @dataclass(frozen=True)
@@ -160,13 +151,9 @@ def torch_version(params: Any, requirements: Any, env_name: Any) -> tuple[str | 
     return None, None
 
 
-def _known_machines(root: Path) -> list[str]:
-    return sorted(p.parent.name for p in root.glob("*/machine.json"))
-
-
 def _benchmark_meta(root: Path, unreadable: list[Unreadable], notes: list[str]) -> dict[str, dict[str, Any]]:
     """benchmarks.json (names, param names, units), read by asv; empty when absent or unreadable."""
-    path = root / "benchmarks.json"
+    path = root / asv_files.BENCHMARKS
     if not path.is_file():
         notes.append(
             "No benchmarks.json in the results folder: parameter names are asv's defaults (param1, param2, ...) and "
@@ -174,20 +161,12 @@ def _benchmark_meta(root: Path, unreadable: list[Unreadable], notes: list[str]) 
         )
         return {}
     try:
-        data = asv_util.load_json(str(path), api_version=2)
-    except asv_util.UserError as error:
-        unreadable.append(
-            Unreadable("benchmarks.json", None, f"{error}; parameter names and units come from the results files")
-        )
+        data = asv_files.read_json(path, asv_files.SUITE_API)
+    except asv_files.Unreadable as error:
+        unreadable.append(Unreadable(asv_files.BENCHMARKS, None,
+                                     f"{error.reason}; parameter names and units come from the results files"))
         return {}
     return {name: meta for name, meta in data.items() if isinstance(meta, dict)}
-
-
-def _machine_facts(root: Path, machine: str) -> dict[str, Any]:
-    try:
-        return dict(asv_util.load_json(str(root / machine / "machine.json"), api_version=Machine.api_version))
-    except (asv_util.UserError, OSError):
-        return {"machine": machine}
 
 
 def _kind_and_unit(name: str, meta: Mapping[str, Any] | None) -> tuple[str, str]:
@@ -296,35 +275,6 @@ def _rows_of(
     return rows, unreadable
 
 
-def _header(path: Path) -> dict[str, Any]:
-    """What an unparsable results file says about itself in its first bytes, else in its name."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            text = handle.read(4096)
-    except OSError:
-        text = ""
-    found: dict[str, Any] = {key: (m.group(1) if (m := p.search(text)) else None) for key, p in _HEADER.items()}
-    stem_commit, _, stem_env = path.stem.partition("-")
-    found["commit"] = found["commit"] or (stem_commit if re.fullmatch(r"[0-9a-fA-F]+", stem_commit) else None)
-    found["env"] = found["env"] or stem_env or None
-    found["date"] = int(found["date"]) if found["date"] else None
-    return found
-
-
-def _load_file(path: Path, machine_name: str) -> Any:
-    """One results file through asv's loader; _Malformed with asv's reason when it cannot be read."""
-    try:
-        return asv_results.Results.load(str(path), machine_name=machine_name)
-    except asv_util.UserError as error:
-        # asv's messages name the absolute path, which the report already names relative to the results folder.
-        raise _Malformed(str(error).replace(f" in file '{path}'", "").replace(f" '{path}'", "")) from error
-    except OSError as error:
-        raise _Malformed(f"cannot be opened: {error.strerror or error}") from error
-    except (KeyError, TypeError, ValueError, AttributeError) as error:
-        # asv's loader assumes well-formed JSON of the right shapes; a hand-damaged file fails in these ways.
-        raise _Malformed(f"not an asv results file ({type(error).__name__}: {error})") from error
-
-
 def _stand_ins(
     machine: str, broken: list[tuple[str, dict[str, Any]]], shown: dict[str, Any]
 ) -> list[StandIn]:
@@ -361,17 +311,17 @@ def _read_machine(
     root: Path, name: str, meta: Mapping[str, dict[str, Any]], commit: str | None
 ) -> tuple[LoadedResults, set[str]]:
     """One machine's part of `read_results`, and the commits it has readable results for."""
-    facts = _machine_facts(root, name)
+    try:
+        facts = asv_files.read_json(root / name / asv_files.MACHINE, asv_files.MACHINE_API)
+    except asv_files.Unreadable:
+        facts = {"machine": name}
     loaded, broken, unreadable = [], [], []
-    for path in sorted((root / name).glob("*.json")):
-        if path.name in _NOT_RESULTS:
-            continue
-        relative = path.relative_to(root).as_posix()
+    for relative in asv_files.result_files(root, name):
         try:
-            loaded.append((relative, _load_file(path, str(facts.get("machine") or name))))
-        except _Malformed as error:
-            unreadable.append(Unreadable(relative, None, str(error)))
-            broken.append((relative, _header(path)))
+            loaded.append((relative, asv_files.load(root / relative, str(facts.get("machine") or name))))
+        except asv_files.Unreadable as error:
+            unreadable.append(Unreadable(relative, None, error.reason))
+            broken.append((relative, asv_files.header(root / relative)))
     paths = {id(r): p for p, r in loaded}
     results = [r for _, r in loaded]
     stand_ins: list[StandIn] = []
@@ -423,7 +373,7 @@ def read_results(
     root = Path(results_dir)
     if not root.is_dir():
         raise ValueError(f"results_dir={str(root)!r} is not a folder; expected asv's results folder (results/)")
-    machines = _known_machines(root)
+    machines = asv_files.machines(root)
     if not machines:
         raise ValueError(
             f"results_dir={str(root)!r} holds no asv results (no <machine>/machine.json); run the suite first "
@@ -462,22 +412,14 @@ def read_results(
     )
 
 
-def load_results(
-    results_dir: str | os.PathLike[str], machine: str | None = None, commit: str | None = None
-) -> list[Row]:
-    """Read asv results into one row per (machine, commit, environment, benchmark, parameter combination).
-
-    Files and benchmarks that cannot be read are left out with a logged warning (`read_results` returns them).
-
-    Args:
-        results_dir: asv's results folder.
-        machine: only this machine; None means every machine with results.
-        commit: only this commit (a hash or unique prefix); None means each environment's newest commit.
-
-    Returns:
-        The rows, in results-file (oldest first) then benchmark then parameter order.
+def file_rows(results_file: Path) -> list[Row]:
+    """The rows of one asv results file, ``<results>/<machine>/<commit>-<env>.json``.
 
     Raises:
-        ValueError: the folder does not exist or holds no readable results, the machine or commit has none.
+        ValueError: the path is not such a file.
     """
-    return list(read_results(results_dir, machine=machine, commit=commit).rows)
+    if results_file.suffix != ".json" or "-" not in results_file.stem or not results_file.is_file():
+        raise ValueError(f"{str(results_file)!r} is not an asv results file (<results>/<machine>/<commit>-<env>.json)")
+    commit, env = results_file.stem.split("-", 1)
+    loaded = read_results(results_file.parent.parent, machine=results_file.parent.name, commit=commit)
+    return [row for row in loaded.rows if row.env == env]

@@ -419,7 +419,7 @@ def summary_markdown(
     the comparison across torch versions.
 
     Args:
-        rows: `read_results`'s result, or rows from `load_results` (their commits measured in two or more
+        rows: `read_results`'s result, or its rows (their commits measured in two or more
             environments are compared).
         charts_by_family: optional (machine, env, commit, family) -> image paths (relative to the markdown file)
             to link under the family's tables.

@@ -107,11 +107,11 @@ def group(rows: Iterable[Row], key: Callable[[Row], Any]) -> dict[Any, list[Row]
 def checked_rows(rows: Any) -> list[Row]:
     """``rows`` as a list, or a TypeError/ValueError saying what it is instead of a non-empty sequence of Row."""
     if isinstance(rows, (str, bytes)) or not isinstance(rows, Iterable):
-        raise TypeError(f"rows must be a sequence of Row (from load_results), got {type(rows).__name__}")
+        raise TypeError(f"rows must be a sequence of Row (from read_results), got {type(rows).__name__}")
     rows = list(rows)
     bad = [r for r in rows if not isinstance(r, Row)]
     if bad:
-        raise TypeError(f"rows must hold Row objects (from load_results), got {type(bad[0]).__name__}")
+        raise TypeError(f"rows must hold Row objects (from read_results), got {type(bad[0]).__name__}")
     if not rows:
-        raise ValueError("rows is empty: nothing to report (load_results found no figures)")
+        raise ValueError("rows is empty: nothing to report (read_results found no figures)")
     return rows

@@ -20,7 +20,7 @@ def charts(rows: Sequence[Row], out_dir: str | os.PathLike[str]) -> list[Path]:
     """Draw the PNG charts of the rows into ``out_dir`` (see `pitfalls.report.chart_data`).
 
     Args:
-        rows: rows from `load_results`.
+        rows: rows from `read_results`.
         out_dir: folder for the PNGs (created if missing).
 
     Returns:

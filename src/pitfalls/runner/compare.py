@@ -24,7 +24,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from pitfalls.asv_files import file_name, load
 from pitfalls.grids import DEFAULT_GRID, GRID_ENV, ROUNDS_ENV
+from pitfalls.runner import store
 from pitfalls.runner.conf import CONF_NAME, RunnerError, project_paths, write_staged_conf
 from pitfalls.runner.history import select
 from pitfalls.runner.job import checked_grid, in_stage, log, prepare_machine, report_errors, run_marked, split_at_dashes
@@ -50,17 +52,17 @@ def gate_times_by_default(machine_facts: dict[str, str], environ: dict[str, str]
 
 def _results_of(results_dir: str, machine: str, env_name: str, commit: str, pattern: str) -> Iterator[tuple]:
     """asv compare's result rows of one commit, for the benchmarks whose name matches ``pattern``."""
-    from asv.results import iter_results_for_machine_and_hash
-
-    for result in iter_results_for_machine_and_hash(results_dir, machine, commit):
-        if result.env_name != env_name:
+    path = Path(results_dir) / file_name(machine, commit, env_name)
+    if not path.is_file():
+        return
+    with store.readable():
+        result = load(path)
+    for key in result.get_all_result_keys():
+        if not re.search(pattern, key):
             continue
-        for key in result.get_all_result_keys():
-            if not re.search(pattern, key):
-                continue
-            params = result.get_result_params(key)
-            yield (key, params, result.get_result_value(key, params), result.get_result_stats(key, params),
-                   result.get_result_samples(key, params), result.benchmark_version.get(key), machine, env_name)
+        params = result.get_result_params(key)
+        yield (key, params, result.get_result_value(key, params), result.get_result_stats(key, params),
+               result.get_result_samples(key, params), result.benchmark_version.get(key), machine, env_name)
 
 
 def counts_verdict(conf_path: str | Path, machine: str, env_name: str, base: str, head: str, factor: float,

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pitfalls import asv_files
 from pitfalls.runner.conf import RunnerError
 from pitfalls_asv_main import save_machine
 
@@ -137,15 +138,13 @@ class MachineRecord:
 
 
 def _recorded(path: Path) -> dict[str, str]:
-    from asv import util
-
     if not path.is_file():
         return {}
     try:
-        data = util.load_json(str(path), api_version=1)
-    except (ValueError, util.UserError) as error:
-        raise RunnerError(f"{path}: not an asv machine record: {' '.join(str(error).split())}") from error
-    return {key: str(value) for key, value in data.items() if key != "version" and value not in (None, "")}
+        data = asv_files.read_json(path, asv_files.MACHINE_API)
+    except asv_files.Unreadable as error:
+        raise RunnerError(f"{path}: not an asv machine record: {error.reason}") from error
+    return {key: str(value) for key, value in data.items() if value not in (None, "")}
 
 
 def _users_entry(name: str, machine_file: Path | None) -> dict[str, str]:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pitfalls.asv_files import BENCHMARKS, SUITE_API, read_json
 from pitfalls.runner import store
 from pitfalls.runner.conf import CONF_NAME, RunnerError, project_paths, write_staged_conf
 
@@ -23,10 +24,11 @@ __all__ = ["merge_folders", "register", "run_merge"]
 
 
 def _suite(folder: Path) -> dict[str, Any]:
-    path = folder / store.BENCHMARKS
+    path = folder / BENCHMARKS
     if not path.is_file():
-        raise RunnerError(f"{folder}: not an asv results folder (no {store.BENCHMARKS})")
-    return store.read_json(path, 2)
+        raise RunnerError(f"{folder}: not an asv results folder (no {BENCHMARKS})")
+    with store.readable():
+        return read_json(path, SUITE_API)
 
 
 def check_suites(folders: Sequence[Path], out: Path) -> None:
@@ -36,7 +38,7 @@ def check_suites(folders: Sequence[Path], out: Path) -> None:
         RunnerError: naming the two files, how many benchmarks differ and the first of them.
     """
     seen: list[tuple[Path, dict[str, Any]]] = []
-    if (out / store.BENCHMARKS).is_file():
+    if (out / BENCHMARKS).is_file():
         seen.append((out, _suite(out)))
     for folder in folders:
         suite = _suite(folder)
@@ -46,7 +48,7 @@ def check_suites(folders: Sequence[Path], out: Path) -> None:
                 first = differ[0]
                 what = next(key for key in store.SUITE_FIELDS if other_suite[first].get(key) != suite[first].get(key))
                 raise RunnerError(
-                    f"{other / store.BENCHMARKS} and {folder / store.BENCHMARKS} describe different suites: "
+                    f"{other / BENCHMARKS} and {folder / BENCHMARKS} describe different suites: "
                     f"{len(differ)} benchmark(s) differ, e.g. {first} ({what} {other_suite[first].get(what)!r} vs "
                     f"{suite[first].get(what)!r}); measure every machine with the same commit of benchmarks/"
                 )
@@ -72,7 +74,7 @@ def merge_folders(folders: Sequence[str | Path], out: str | Path) -> dict[Path, 
     sources = [source for source in dict.fromkeys(sources) if source != target]
     for source in sources:
         if not source.is_dir():
-            raise RunnerError(f"{source}: no such folder; pass asv results folders (each holds {store.BENCHMARKS})")
+            raise RunnerError(f"{source}: no such folder; pass asv results folders (each holds {BENCHMARKS})")
     check_suites(sources, target)
     store.check_writable(target)
     written: dict[Path, list[str]] = {}

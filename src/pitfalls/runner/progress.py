@@ -9,7 +9,8 @@ durations of the run just made: seconds per family and the slowest benchmarks (`
 
 from __future__ import annotations
 
-import json
+import contextlib
+import fnmatch
 import re
 import sys
 import threading
@@ -19,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from pitfalls import asv_files
+
 __all__ = ["HEARTBEAT_S", "Durations", "Progress", "durations_of", "newest_durations", "time_table"]
 
 # Seconds without a line from asv after which the job says what runs and what is left.
@@ -27,7 +30,6 @@ HEARTBEAT_S = 30.0
 # --show-stderr): "[ 12.50%] ··· Running (bench_loss.Step.time_step--)..".
 _ENDED = re.compile(r"^\[\s*[\d.]+%\] ·+ (?P<name>bench_\w+\.\w+\.\w+)\s+(?P<status>ok|failed|n/a|skipped)\b")
 _STARTED = re.compile(r"Running \((?P<name>bench_\w+\.\w+\.\w+)--\)")
-_SETUP_CACHE = re.compile(r"<setup_cache (?P<module>\w+):\d+>")
 
 
 @dataclass(frozen=True)
@@ -52,43 +54,29 @@ class Durations:
 def durations_of(path: Path) -> Durations:
     """The durations recorded in one asv results file (an unreadable file gives none)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        at = data["result_columns"].index("duration")
-        benchmarks = {name: float(row[at] or 0.0) for name, row in data["results"].items() if len(row) > at}
-        caches: dict[str, float] = {}
-        for key, seconds in data.get("durations", {}).items():
-            match = _SETUP_CACHE.fullmatch(key)
-            if match:
-                caches[match["module"]] = caches.get(match["module"], 0.0) + float(seconds)
-    except (OSError, ValueError, KeyError, TypeError):
+        benchmarks, caches = asv_files.durations(asv_files.load(path))
+    except asv_files.Unreadable:
         return Durations(source=str(path))
     return Durations(benchmarks, caches, str(path))
-
-
-def _commit_date(path: Path) -> float:
-    # asv's "date" of a results file is its commit's date: a fresh clone gives every file the same mtime.
-    try:
-        return float(json.loads(path.read_text(encoding="utf-8")).get("date") or 0)
-    except (OSError, ValueError, AttributeError):
-        return 0.0
 
 
 def newest_durations(results_dir: Path, machine: str, env: str) -> Durations:
     """The durations of the newest results file (by commit date) of ``env`` (a glob, ``installed-*``) on
     ``machine``, else of the newest of any machine."""
 
-    def files(folder: Path) -> list[Path]:
-        found = list(folder.glob(f"*-{env}.json"))
-        return found or [p for p in folder.glob("*.json") if p.name != "machine.json"]
+    def files(name: str) -> list[Path]:
+        found = [results_dir / relative for relative in asv_files.result_files(results_dir, name)]
+        return [p for p in found if fnmatch.fnmatch(p.name, f"*-{env}.json")] or found
 
-    own = files(results_dir / machine) if (results_dir / machine).is_dir() else []
-    others = [p for folder in sorted(results_dir.iterdir()) if folder.is_dir() for p in files(folder)] \
-        if results_dir.is_dir() else []
-    for path in sorted(own or others, key=_commit_date, reverse=True):
-        found = durations_of(path)
-        if found.benchmarks:
-            return found
-    return Durations()
+    found = []
+    for path in files(machine) or [p for name in asv_files.machines(results_dir) for p in files(name)]:
+        with contextlib.suppress(asv_files.Unreadable):
+            results = asv_files.load(path)
+            benchmarks, caches = asv_files.durations(results)
+            if benchmarks:  # asv's "date" is its commit's: a fresh clone gives every file the same mtime
+                date = results.date if isinstance(results.date, (int, float)) else 0
+                found.append((date, Durations(benchmarks, caches, str(path))))
+    return max(found, key=lambda dated: dated[0])[1] if found else Durations()
 
 
 def _minutes(seconds: float) -> str:

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from pitfalls.asv_files import file_name, load
 from pitfalls.runner import store
 from pitfalls.runner.conf import RunnerError
 
@@ -32,14 +33,14 @@ def relabel(path: str | os.PathLike[str], *, python: str, torch: str) -> Path:
         RunnerError: the file cannot be read, is not an ``existing`` environment's, or the new file exists.
     """
     from asv.environment import get_env_name
-    from asv.results import get_filename
 
     source = Path(path).resolve()
-    results = store.load_results(source)
+    with store.readable():
+        results = load(source)
     if not str(results.env_name).startswith("existing-"):
         raise RunnerError(f"{source}: environment {results.env_name!r} is not asv's `existing` one; nothing to do")
     env_name = get_env_name(TOOL, python, {"torch": torch}, {})
-    relative = get_filename(results.params["machine"], results.commit_hash, env_name)
+    relative = file_name(results.params["machine"], results.commit_hash, env_name)
     root = source.parent.parent
     if (root / relative).exists():
         raise RunnerError(f"{root / relative} exists already; merge the two with `pitfalls merge`")

@@ -8,7 +8,8 @@ the benchmarks a run measured are taken from it.
 
 Nothing under the folder changes until every merged file has been written beside its target (``*.partial-<pid>``,
 a name asv never reads); then each replaces its target by an atomic rename. A source or target that cannot be
-read stops the merge before anything is replaced.
+read stops the merge before anything is replaced. Files are read by `pitfalls.asv_files`; this module is the one
+that writes them.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pitfalls import asv_files
+from pitfalls.asv_files import BENCHMARKS, MACHINE, MACHINE_API, SUITE_API, load, read_json, result_files
 from pitfalls.runner.conf import RunnerError
 
 __all__ = [
@@ -29,10 +32,8 @@ __all__ = [
     "Snapshot",
     "check_writable",
     "locked",
-    "load_results",
     "merge_into",
-    "read_json",
-    "result_files",
+    "readable",
     "save_atomically",
     "snapshot",
     "suite_conflicts",
@@ -40,8 +41,6 @@ __all__ = [
 
 LOCK_NAME = ".lock"
 UNREADABLE = "<unreadable sha256>"
-BENCHMARKS = "benchmarks.json"
-MACHINE = "machine.json"
 # The per-benchmark tables of asv.results.Results: the ones its own load_data() carries over from an old file.
 PER_BENCHMARK = (
     "_results",
@@ -102,27 +101,13 @@ def locked(results_dir: str | os.PathLike[str]) -> Iterator[Path]:
         os.close(fd)
 
 
-def result_files(results_dir: str | os.PathLike[str]) -> list[str]:
-    """Relative paths of the asv results files (``<machine>/<commit>-<env>.json``) under ``results_dir``."""
-    folder = Path(results_dir)
-    if not folder.is_dir():
-        return []
-    return sorted(
-        path.relative_to(folder).as_posix()
-        for path in folder.glob("*/*.json")
-        if path.name not in (MACHINE, BENCHMARKS)
-    )
-
-
-def load_results(path: Path) -> Any:
-    """asv's ``Results`` of one file; one that cannot be read is a RunnerError naming it."""
-    from asv import util
-    from asv.results import Results
-
+@contextmanager
+def readable() -> Iterator[None]:
+    """Turn a file `pitfalls.asv_files` cannot read into the runner's one-line error naming it (a RunnerError)."""
     try:
-        return Results.load(str(path))
-    except (ValueError, KeyError, TypeError, util.UserError) as error:
-        raise RunnerError(f"{path}: cannot be read as asv results: {_one_line(error)}") from error
+        yield
+    except asv_files.Unreadable as error:
+        raise RunnerError(str(error)) from error
 
 
 def _markers(results: Any) -> dict[str, Any]:
@@ -135,8 +120,8 @@ def _markers_or_digest(path: Path) -> dict[str, Any]:
     # A damaged file (truncated by a full disk, say) is remembered by its bytes: a run that leaves it alone must
     # not be stopped by it, and one that rewrites it is seen to have done so.
     try:
-        return _markers(load_results(path))
-    except RunnerError:
+        return _markers(asv_files.load(path))
+    except asv_files.Unreadable:
         return {UNREADABLE: hashlib.sha256(path.read_bytes()).hexdigest()}
 
 
@@ -184,20 +169,6 @@ def _merge_results(source: Any, target: Any | None, relative: str, before: Mappi
     return merged
 
 
-def read_json(path: Path, api_version: int) -> dict[str, Any]:
-    """An asv JSON file (benchmarks.json, machine.json) without its ``version`` key; a broken one is named."""
-    from asv import util
-
-    try:
-        data = util.load_json(str(path), api_version=api_version)
-    except (ValueError, util.UserError) as error:
-        raise RunnerError(f"{path}: cannot be read: {_one_line(error)}") from error
-    if not isinstance(data, dict):
-        raise RunnerError(f"{path}: cannot be read: expected a JSON object")
-    data.pop("version", None)
-    return data
-
-
 def suite_conflicts(first: Mapping[str, Any], second: Mapping[str, Any]) -> list[str]:
     """Benchmarks that both ``benchmarks.json`` contents hold with a different version, type, unit or params."""
     return sorted(
@@ -219,24 +190,24 @@ class _Write:
 def _plan(source: Path, target: Path, before: Snapshot | None, suite: str) -> list[_Write]:
     writes: list[_Write] = []
     if (source / BENCHMARKS).is_file():
-        new = read_json(source / BENCHMARKS, 2)
-        old = read_json(target / BENCHMARKS, 2) if (target / BENCHMARKS).is_file() else {}
+        new = read_json(source / BENCHMARKS, SUITE_API)
+        old = read_json(target / BENCHMARKS, SUITE_API) if (target / BENCHMARKS).is_file() else {}
         # "replace": a run's benchmarks.json is the whole suite as it now is. "union": results of other folders.
         merged = new if suite == "replace" else {**old, **new}
         if merged != old:
-            writes.append(_Write(BENCHMARKS, merged, 2))
+            writes.append(_Write(BENCHMARKS, merged, SUITE_API))
     for machine_file in sorted(source.glob(f"*/{MACHINE}")):
         relative = machine_file.relative_to(source).as_posix()
-        new = read_json(machine_file, 1)
-        old = read_json(target / relative, 1) if (target / relative).is_file() else {}
+        new = read_json(machine_file, MACHINE_API)
+        old = read_json(target / relative, MACHINE_API) if (target / relative).is_file() else {}
         merged = {**new, **{key: value for key, value in old.items() if value not in (None, "")}}
         if merged != old:
-            writes.append(_Write(relative, merged, 1))
+            writes.append(_Write(relative, merged, MACHINE_API))
     for relative in result_files(source):
         if before is not None and before.get(relative) == _markers_or_digest(source / relative):
             continue  # the run did not touch this file
-        staged = load_results(source / relative)
-        current = load_results(target / relative) if (target / relative).is_file() else None
+        staged = load(source / relative)
+        current = load(target / relative) if (target / relative).is_file() else None
         writes.append(_Write(relative, _merge_results(staged, current, relative, None if before is None else
                                                        before.get(relative, {}))))
     return writes
@@ -266,7 +237,8 @@ def merge_into(
         RunnerError: a file cannot be read or written; ``target`` is then unchanged.
     """
     source_dir, target_dir = Path(source), Path(target)
-    writes = _plan(source_dir, target_dir, before, suite)
+    with readable():
+        writes = _plan(source_dir, target_dir, before, suite)
     _write_all(writes, target_dir)
     return [write.relative for write in writes]
 

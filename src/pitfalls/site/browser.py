@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from pitfalls import processes
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser")
 
@@ -39,11 +40,7 @@ OFFLINE_FLAGS = (
 
 def find_chromium() -> str | None:
     """Return the path of a Chromium executable on PATH, or None."""
-    for name in CHROMIUM_NAMES:
-        path = shutil.which(name)
-        if path is not None:
-            return path
-    return None
+    return next(filter(None, map(shutil.which, CHROMIUM_NAMES)), None)
 
 
 def render_page(
@@ -99,17 +96,13 @@ def render_page(
             target.parent.mkdir(parents=True, exist_ok=True)
             command.append(f"--screenshot={target}")
         command.append(url)
-        # A session of its own, so a timeout can end Chromium's helper processes too (they share its group).
-        process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-        )
+        # Its group holds Chromium's helper processes: a timeout ends them too.
         try:
-            dom, errors = process.communicate(timeout=timeout_s)
+            done = processes.run(command, timeout_s=timeout_s, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.communicate()
             raise RuntimeError(f"chromium did not finish rendering {url} within {timeout_s} s") from None
-    if process.returncode != 0 or not dom.strip():
-        tail = "\n".join(errors.strip().splitlines()[-15:])
-        raise RuntimeError(f"chromium exited with code {process.returncode} rendering {url}:\n{tail}")
-    return dom
+    if done.returncode != 0 or not done.stdout.strip():
+        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+        raise RuntimeError(f"chromium exited with code {done.returncode} rendering {url}:\n{tail}")
+    return done.stdout

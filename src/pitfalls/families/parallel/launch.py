@@ -61,7 +61,7 @@ class DdpGroup:
 
     @property
     def rank_pids(self) -> list[int]:
-        return [p.pid for p in self.group.processes]
+        return [p.pid for p in self.group.popens]
 
     def run(self, command: str) -> list[bytes]:
         """One command on every rank (`pitfalls.distributed.RankGroup.run`)."""
