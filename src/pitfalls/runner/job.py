@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
+from pitfalls import asv_files
 from pitfalls.grids import chosen_grid
 from pitfalls.runner import processes, store
 from pitfalls.runner.conf import CONF_NAME, RunnerError, project_paths
@@ -176,7 +177,8 @@ def run_followed(command: Sequence[str], stage: Stage, env: dict[str, str], prog
 
 def _this_run(folder: Path, since: float) -> Durations:
     """The durations of the results file the run just wrote under ``folder`` (none when it wrote none)."""
-    written = [p for p in folder.glob("*.json") if p.name != "machine.json" and p.stat().st_mtime >= since]
+    listed = (folder.parent / name for name in asv_files.result_files(folder.parent, folder.name))
+    written = [p for p in listed if p.stat().st_mtime >= since]
     return durations_of(max(written, key=lambda p: p.stat().st_mtime)) if written else Durations()
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TextIO
 
 from pitfalls import asv_files
+from pitfalls.markdown import table
 
 __all__ = ["HEARTBEAT_S", "Durations", "Progress", "durations_of", "newest_durations", "time_table"]
 
@@ -177,11 +178,10 @@ def time_table(durations: Durations, slowest: int = 5) -> list[str]:
     for module, seconds in durations.setup_caches.items():
         family = module.removeprefix("bench_")
         families[family] = families.get(family, 0.0) + seconds
-    lines = ["| family | seconds |", "| --- | --- |"]
-    lines += [f"| {family} | {seconds:.0f} |" for family, seconds in sorted(families.items(), key=lambda kv: -kv[1])]
-    lines += [f"| all ({len(durations.benchmarks)} benchmarks, setup caches included) | {durations.total:.0f} |", "",
-              "| slowest benchmark | seconds |", "| --- | --- |"]
+    by_family = [[family, f"{seconds:.0f}"] for family, seconds in sorted(families.items(), key=lambda kv: -kv[1])]
+    by_family.append([f"all ({len(durations.benchmarks)} benchmarks, setup caches included)", f"{durations.total:.0f}"])
     ranked = sorted(durations.benchmarks.items(), key=lambda kv: -kv[1])[:slowest]
-    lines += [f"| `{name}` | {seconds:.0f} |" for name, seconds in ranked]
+    lines = table(("family", "seconds"), by_family) + [""]
+    lines += table(("slowest benchmark", "seconds"), [[f"`{name}`", f"{seconds:.0f}"] for name, seconds in ranked])
     return lines
 
