@@ -17,13 +17,13 @@ import statistics
 from collections import Counter
 from collections.abc import Sequence
 
-from pitfalls.doctor.compiles import GraphBreakSite, Recompile
 from pitfalls.doctor.copies import HOST_TO_DEVICE, CopySite
 from pitfalls.doctor.gpu import Bandwidth
 from pitfalls.doctor.phases import Timed
 from pitfalls.doctor.report import CopyRow, Finding, LoaderFigures
 from pitfalls.families.loader.verdict import Verdict
 from pitfalls.probes.anatomy import Anatomy
+from pitfalls.probes.compiled import GraphBreakSite, Recompile
 from pitfalls.probes.sites import HazardSite, LocatedHazards, SourceLine
 from pitfalls.units import human_bytes
 

@@ -1,4 +1,4 @@
-"""Known answers for `pitfalls doctor`: the planted training script (`planted_train.py`) run under the doctor.
+"""Known answers for `pitfalls doctor`: the planted training script (`planted/train.py`) run under the doctor.
 
 The script plants, per step, one ``.item()``, one ``nonzero``, one sync inside a helper called from one line, a
 ``.tolist()`` every fifth step and no sync in AdamW's step; a dataset that sleeps ``ITEM_MS`` per item, loaded
@@ -21,7 +21,7 @@ from pitfalls.known.table import CPU, Check, Reading
 
 __all__ = ["BATCH", "ITEM_MS", "PLANTED_SCRIPT", "doctor_checks", "planted_args", "planted_line", "run_planted"]
 
-PLANTED_SCRIPT = Path(__file__).resolve().with_name("planted_train.py")
+PLANTED_SCRIPT = Path(__file__).resolve().parent / "planted" / "train.py"
 BATCH = 8
 ITEM_MS = 10.0
 # The doctor's figures these rows calibrate (figures of a command, named here, not asv methods).

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 import torch
 
 from pitfalls.doctor import findings as build
-from pitfalls.doctor.compiles import CompileWatch
 from pitfalls.doctor.gpu import Bandwidth, copy_bandwidth
 from pitfalls.doctor.loader import LoaderWatch
 from pitfalls.doctor.options import DoctorOptions
@@ -40,7 +39,7 @@ from pitfalls.doctor.report import (
 from pitfalls.doctor.script import Script, as_main, check_single_process, load_script
 from pitfalls.doctor.steps import Budget, StepCounter, StopRun
 from pitfalls.probes.anatomy import Anatomy, anatomy
-from pitfalls.probes.compiled import reset_dynamo
+from pitfalls.probes.compiled import CompileWatch, reset_dynamo
 from pitfalls.result import Unavailable
 from pitfalls.targets import scanned_traceback
 
