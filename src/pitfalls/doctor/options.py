@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_BUDGET_S", "DEFAULT_SCANNED", "DEFAULT_STEPS", "DEFAULT_WARMUP", "DoctorOptions"]
+__all__ = ["BRIDGE_STEPS", "DEFAULT_BUDGET_S", "DEFAULT_SCANNED", "DEFAULT_STEPS", "DEFAULT_WARMUP", "DoctorOptions"]
 
 DEFAULT_WARMUP = 3
 DEFAULT_STEPS = 10
 # Five: a line run every fifth step reads 0.2 per step, whichever step the scan starts on.
 DEFAULT_SCANNED = 5
 DEFAULT_BUDGET_S = 300.0
+# The step before the scan runs under the provenance record: what the first scanned step reads and its previous
+# step made (a batch fetched ahead, before the step's end) is then known for what it is.
+BRIDGE_STEPS = 1
 
 
 def _check_count(name: str, value: object, least: int) -> None:
@@ -45,6 +48,11 @@ class DoctorOptions:
             raise ValueError(f"budget_s={budget!r} is not allowed; it must be a number of seconds > 0")
 
     @property
+    def bridge(self) -> int:
+        """Steps between the timed and the scanned ones, under the provenance record: one."""
+        return BRIDGE_STEPS
+
+    @property
     def cpu_steps(self) -> int:
-        """The steps a run takes without a GPU: warm-up, timed and scanned."""
-        return self.warmup + self.steps + self.scanned
+        """The steps a run takes without a GPU: warm-up, timed, the one before the scan, and scanned."""
+        return self.warmup + self.steps + self.bridge + self.scanned

@@ -7,11 +7,16 @@
    CUDA allocator's peak per step where the script initialized CUDA (each step synchronized at its end, as the
    loader family times its steps), else the process group's (this process and its loader workers, sampled by
    `pitfalls.probes.group_memory` every 50 ms).
-3. **scanned** (S steps): the hazard counter by line (`HazardLocator`, fed the provenance of step 1) and the copy
-   recorder; compiled code runs eagerly.
-4. **GPU** (S steps, only where the script initialized CUDA): real syncs by line and their stalls (`gpu.RealSyncs`).
+3. **before the scan** (1 step): the provenance record again, so that what the first scanned step reads and an
+   earlier step made (a batch fetched ahead, before the step's end) is known for what it is.
+4. **scanned** (S steps): the hazard counter by line (`HazardLocator`, fed the provenance kept so far) and the
+   copy recorder; compiled code runs eagerly.
+5. **GPU** (S steps, only where the script initialized CUDA): real syncs by line and their stalls (`gpu.RealSyncs`).
 
-The loader's own work (and its workers' start) runs with no instrument on; its batches are host-made tensors.
+Whatever the phase, the loader's own work (and its workers' start) runs with no instrument on, and its batches are
+recorded as host-made tensors; and an optimizer's step that makes new state (its first, or one that meets a
+parameter with no state yet: a second optimizer, a GAN's, steps first after step 1) runs under the provenance
+record, so that a host-side step count made there is known as host data.
 """
 
 from __future__ import annotations
@@ -35,10 +40,11 @@ from pitfalls.probes.hostcopy import Provenance, keep_provenance
 from pitfalls.probes.sites import HazardLocator, LocatedHazards
 from pitfalls.result import Unavailable
 
-__all__ = ["ANATOMY_BATCHES", "DONE", "GPU", "MEMORY_INTERVAL_S", "SCANNED", "SETUP", "TIMED", "WARMUP", "Phases",
-           "Timed"]
+__all__ = ["ANATOMY_BATCHES", "BRIDGE", "DONE", "GPU", "MEMORY_INTERVAL_S", "SCANNED", "SETUP", "TIMED", "WARMUP",
+           "Phases", "Timed"]
 
-SETUP, WARMUP, TIMED, SCANNED, GPU, DONE = "setup", "warm-up", "timed", "scanned", "gpu", "done"
+SETUP, WARMUP, TIMED, BRIDGE = "setup", "warm-up", "timed", "before the scan"
+SCANNED, GPU, DONE = "scanned", "gpu", "done"
 # Reading every process's memory map costs the step time it shares the cores with: 50 ms, as scan-loader samples.
 MEMORY_INTERVAL_S = 0.05
 # Batches kept (copied) from the scanned steps for the batch's anatomy.
@@ -81,6 +87,17 @@ def _copy(batch: Any) -> Any:
     return tree_map(lambda leaf: leaf.detach().clone() if isinstance(leaf, torch.Tensor) else leaf, batch)
 
 
+def _makes_state(optimizer: torch.optim.Optimizer, stepped_before: bool, had_state: bool) -> bool:
+    """Whether an optimizer's coming step may make new state: its first step, or, for an optimizer that keeps
+    state, a parameter with a gradient and no state yet."""
+    if not stepped_before:
+        return True
+    if not had_state:
+        return False  # plain SGD: its first step made none, and no later one will
+    state = optimizer.state
+    return any(p.grad is not None and p not in state for group in optimizer.param_groups for p in group["params"])
+
+
 class Phases:
     """Move a run through its phases at each step's end, entering and leaving each phase's instruments.
 
@@ -109,11 +126,14 @@ class Phases:
         self.began = clock()
         self._stack: contextlib.ExitStack | None = None
         self._instruments: dict[str, Any] = {}
+        self._state_record: contextlib.ExitStack | None = None
+        self._optimizers: dict[int, bool] = {}  # id of an optimizer that stepped -> whether it keeps state
         self._last = 0.0
         self._wait = 0.0
         self._batches = 0
         o = options
-        self._timed_from, self._scan_from = o.warmup, o.warmup + o.steps
+        self._timed_from, self._bridge_from = o.warmup, o.warmup + o.steps
+        self._scan_from = self._bridge_from + o.bridge
         self._scan_to = self._scan_from + o.scanned
         self._gpu_to = self._scan_to + o.scanned
 
@@ -129,10 +149,29 @@ class Phases:
             self._wait += seconds
             self._batches += 1
             self.timed.workers = max(self.timed.workers, workers)
-        if self.instruments_on():
-            self.provenance.add(batch)  # made by the loader on the host, as on a GPU
+        self.provenance.add(batch)  # made by the loader on the host, as on a GPU, whatever the phase
         if self.phase == SCANNED and len(self.anatomy_batches) < ANATOMY_BATCHES:
             self.anatomy_batches.append(_copy(batch))
+
+    def optimizer_stepping(self, optimizer: torch.optim.Optimizer) -> None:
+        """An optimizer's step begins: record what it makes on the host where it may make new state."""
+        key = id(optimizer)
+        if self.instruments_on() or self._state_record is not None or not _makes_state(
+                optimizer, key in self._optimizers, self._optimizers.get(key, False)):
+            return
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(keep_provenance(self.provenance))
+            self._state_record = stack.pop_all()
+
+    def optimizer_stepped(self, optimizer: torch.optim.Optimizer) -> None:
+        """An optimizer's step ended: leave the record its start entered."""
+        self._leave_state_record()
+        self._optimizers[id(optimizer)] = self._optimizers.get(id(optimizer), False) or bool(optimizer.state)
+
+    def _leave_state_record(self) -> None:
+        record, self._state_record = self._state_record, None
+        if record is not None:
+            record.close()
 
     # -- the phases -----------------------------------------------------------------------------------------------
 
@@ -210,8 +249,12 @@ class Phases:
             self._timed_step()
         if steps == self._timed_from:
             self._start_timed()
-        if steps == self._scan_from:
+        if steps == self._bridge_from:
             self._stop_timed()
+            self.phase = BRIDGE
+            self._enter(keep=keep_provenance(self.provenance))
+        if steps == self._scan_from:
+            self._leave()
             self._start_scan()
         if steps == self._scan_to:
             self._stop_scan(self.options.scanned)
@@ -227,6 +270,7 @@ class Phases:
 
     def finish(self, steps: int) -> None:
         """Leave whatever phase a stopped or failed run was in, keeping what it measured over its whole steps."""
+        self._leave_state_record()  # an optimizer's step that raised
         if self.phase == TIMED:
             self._stop_timed()
         elif self.phase == SCANNED:

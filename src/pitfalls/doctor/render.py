@@ -42,7 +42,8 @@ def _steps(report: DoctorReport) -> str:
     by = {"optimizer": "the first optimizer's steps", "loader": "DataLoader batches (no torch.optim optimizer "
           "stepped)"}.get(s.counted_by or "", "nothing: no step began")
     gpu = f", {s.gpu} under the sync debug mode" if s.gpu else ""
-    return (f"{s.total} steps ({s.warmup} warm-up, {s.measured} timed, {s.scanned} scanned{gpu}), counted by {by}; "
+    return (f"{s.total} steps ({s.warmup} warm-up, {s.measured} timed, {s.before_scan} before the scan, {s.scanned} "
+            f"scanned{gpu}), counted by {by}; "
             f"{report.ended}")
 
 

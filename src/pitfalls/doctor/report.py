@@ -67,6 +67,8 @@ class StepsDone:
     Attributes:
         warmup: warm-up steps done.
         measured: timed steps done.
+        before_scan: steps between the timed and the scanned ones, under the provenance record (1, or 0 when the
+            run stopped before).
         scanned: steps under the hazard counter.
         gpu: steps under the sync debug mode (0 without a GPU).
         counted_by: "optimizer" (the first optimizer's steps), "loader" (batches: no optimizer), or None (no step).
@@ -75,6 +77,7 @@ class StepsDone:
 
     warmup: int
     measured: int
+    before_scan: int
     scanned: int
     gpu: int
     counted_by: str | None
@@ -243,8 +246,9 @@ class DoctorReport:
         return {
             "script": self.script,
             "argv": list(self.argv),
-            "steps": {"warmup": self.steps.warmup, "measured": self.steps.measured, "scanned": self.steps.scanned,
-                      "gpu": self.steps.gpu, "counted_by": self.steps.counted_by, "total": self.steps.total},
+            "steps": {"warmup": self.steps.warmup, "measured": self.steps.measured,
+                      "before_scan": self.steps.before_scan, "scanned": self.steps.scanned, "gpu": self.steps.gpu,
+                      "counted_by": self.steps.counted_by, "total": self.steps.total},
             "ended": self.ended,
             "error": None if self.failure is None else {"last_line": self.failure.last_line,
                                                         "step": self.failure.step},

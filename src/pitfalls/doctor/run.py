@@ -206,7 +206,8 @@ def run_doctor(
     began = time.perf_counter()
     phases = Phases(options)
     budget = Budget(options.budget_s)
-    counter = StepCounter(phases.first_step_started, phases.step_ended, budget)
+    counter = StepCounter(phases.first_step_started, phases.step_ended, budget, phases.optimizer_stepping,
+                          phases.optimizer_stepped)
     def arrived(seconds: float, workers: int, batch: object) -> None:
         counter.batch_delivered()
         phases.batch_arrived(seconds, workers, batch)
@@ -269,8 +270,9 @@ def _report(script: Script, args: Sequence[str], options: DoctorOptions, phases:
     done = counter.steps
     o = options
     steps = StepsDone(
-        warmup=min(done, o.warmup), measured=len(timed.step_s), scanned=phases.scanned_steps, gpu=phases.gpu_steps,
-        counted_by=counter.by, total=done)
+        warmup=min(done, o.warmup), measured=len(timed.step_s),
+        before_scan=min(max(done - o.warmup - o.steps, 0), o.bridge), scanned=phases.scanned_steps,
+        gpu=phases.gpu_steps, counted_by=counter.by, total=done)
     return DoctorReport(
         script=str(script.path), argv=tuple(args), steps=steps, ended=ending.how, failure=ending.failure,
         step_ms=step_ms, findings=ranked, loader=loader, compile=compile_figures, memory=_memory(phases),

@@ -120,12 +120,18 @@ class StepCounter:
         started: called once, when the first step starts.
         ended: called with the number of steps done at each step's end; it raises `StopRun` to stop the run.
         budget: held while the counter's own work runs.
+        stepping: called with each optimizer whose step begins (any optimizer, after the first step started).
+        stepped: called with each optimizer whose step ended, before that step's end is counted.
     """
 
-    def __init__(self, started: Callable[[], None], ended: Callable[[int], None], budget: Budget) -> None:
+    def __init__(self, started: Callable[[], None], ended: Callable[[int], None], budget: Budget,
+                 stepping: Callable[[torch.optim.Optimizer], None] = lambda _optimizer: None,
+                 stepped: Callable[[torch.optim.Optimizer], None] = lambda _optimizer: None) -> None:
         self._started = started
         self._ended = ended
         self._budget = budget
+        self._stepping = stepping
+        self._stepped = stepped
         self.by: str | None = None
         self.steps = 0
         self.batches = 0
@@ -181,13 +187,16 @@ class StepCounter:
             self._stopping = stop
             raise
 
-    def _pre(self, _optimizer: torch.optim.Optimizer, _args: object, _kwargs: object) -> None:
+    def _pre(self, optimizer: torch.optim.Optimizer, _args: object, _kwargs: object) -> None:
         with self._budget.busy():
             if self.by != LOADER:
                 self._start()
+            if self._first:
+                self._stepping(optimizer)
 
     def _post(self, optimizer: torch.optim.Optimizer, _args: object, _kwargs: object) -> None:
         with self._budget.busy():
+            self._stepped(optimizer)  # first: what it entered is left before the step's end moves the phases
             if self.by == LOADER:
                 return
             if self._pacing is None:

@@ -10,8 +10,10 @@ such call counts once and the per-line counts of a program are the same on the C
 
 It also keeps the *provenance* of tensors: which tensors the same program, run on CUDA, would hold on the host.
 Those are the tensors made from Python numbers or arrays by a factory given no device (`torch.tensor(2.0)`,
-`torch.zeros(3)`) or the device string "cpu", the results of `.cpu()` and `.to("cpu")`, and whatever an op
-computes from host tensors alone. A `torch.device` object is taken for the program's device (code writes
+`torch.zeros(3)`) or the device string "cpu", the tensors that share a NumPy array's or a buffer's memory
+(`torch.from_numpy`, `torch.frombuffer`: no torch function mode sees these two, so the mode wraps them while it is
+on), the results of `.cpu()` and `.to("cpu")`, and whatever an op computes from host tensors alone (a
+`torch.stack` of host tensors). A `torch.device` object is taken for the program's device (code writes
 `device=x.device` or `.to(device)` to follow its data), and tensors made before the counted region are taken to
 live on the program's device. The hazard rules read this where the device alone cannot tell on a CPU run: a copy
 or `.item()` of a host tensor makes no sync, and `x[mask] = v` with a host-made one-element value takes ATen's
@@ -128,6 +130,21 @@ class Provenance:
             self.quiet -= 1
 
 
+# Factories of host memory that torch function modes do not see (they take no tensor and check no mode); the mode
+# wraps them at torch's top level, where a script calls them (`torch.from_numpy(a)`), while it is on.
+_UNSEEN_HOST_FACTORIES = ("from_numpy", "frombuffer")
+
+
+def _recording(factory: Callable[..., torch.Tensor], provenance: Provenance) -> Callable[..., torch.Tensor]:
+    @functools.wraps(factory)
+    def made_on_host(*args: Any, **kwargs: Any) -> torch.Tensor:
+        out = factory(*args, **kwargs)
+        provenance.add(out)
+        return out
+
+    return made_on_host
+
+
 class HostCopyMode(TorchFunctionMode):
     """Record blocking copies between host and device at the Python API, and keep the provenance of tensors.
 
@@ -141,6 +158,21 @@ class HostCopyMode(TorchFunctionMode):
         super().__init__()
         self._provenance = provenance
         self._on_copy = on_copy
+        self._unwrapped: dict[str, Any] = {}
+
+    def __enter__(self) -> HostCopyMode:
+        for name in _UNSEEN_HOST_FACTORIES:
+            factory = self._unwrapped[name] = getattr(torch, name)
+            setattr(torch, name, _recording(factory, self._provenance))
+        return super().__enter__()
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            super().__exit__(*exc_info)
+        finally:
+            for name, factory in self._unwrapped.items():
+                setattr(torch, name, factory)
+            self._unwrapped = {}
 
     def _from_data_label(self, func: Any, args: tuple, kwargs: dict[str, Any]) -> str | None:
         """The label of a factory that copies host data to the device it is given (or None)."""
