@@ -49,6 +49,10 @@ def _where(line: SourceLine | None) -> tuple[str | None, int | None, str]:
     return (line.path, line.lineno, line.code) if line is not None else (None, None, "")
 
 
+def _function(line: SourceLine | None) -> str:
+    return line.function if line is not None else ""
+
+
 def loader_figures(timed: Timed, anatomy: Anatomy | None) -> LoaderFigures | None:
     """The loader's figures over the timed steps, or None when they took no batch."""
     if not timed.step_s or sum(timed.batches) == 0:
@@ -77,6 +81,7 @@ def loader_finding(figures: LoaderFigures, line: SourceLine | None) -> Finding:
               f"the step): {figures.verdict}",
         path=path, line=lineno, code=code, per_step=figures.batches_per_step, call_sites=(),
         ms_per_step=figures.ms_per_step, cost="measured: the wait in next() over the timed steps",
+        function=_function(line),
         fix=(_STEP_BOUND_FIX if not bound else _WORKERS_FIX.format(workers=figures.workers) if figures.workers
              else _NO_WORKERS_FIX),
     )
@@ -119,7 +124,7 @@ def sync_findings(located: LocatedHazards | None, steps: int, step_functions: fr
         found.append(Finding(
             kind="sync", title=kind.op, path=path, line=lineno, code=code,
             per_step=site.count / steps, call_sites=_call_sites(site, step_functions), ms_per_step=ms, cost=cost,
-            fix=kind.rewrite,
+            fix=kind.rewrite, function=_function(site.line),
         ))
     return found
 
@@ -150,7 +155,10 @@ def copy_findings(copies: Sequence[CopySite], steps: int, bandwidth: Bandwidth |
         else:
             ms = per_step / bandwidth.rate(site.direction, site.pinned) * 1e3
             cost = f"estimated: bytes over the {memory} {site.direction} bandwidth measured on the device"
-        if site.pinned:
+        if site.made_by:
+            fix = (f"make it on the device: {site.made_by}(..., device=device) fills it there, with no copy and no "
+                   "host memory to pin")
+        elif site.pinned:
             fix = "copy fewer bytes (smaller dtypes, see memory) or overlap the copy with the step's work"
         elif site.direction == HOST_TO_DEVICE:
             fix = ("pin the host memory (DataLoader(pin_memory=True), or .pin_memory()): from pageable memory the "
@@ -159,9 +167,10 @@ def copy_findings(copies: Sequence[CopySite], steps: int, bandwidth: Bandwidth |
             fix = "copy into a pinned buffer (torch.empty(..., pin_memory=True)) so the copy overlaps the step"
         found.append(Finding(
             kind="copy", title=f"{site.direction} copy of {human_bytes(per_step)} a step ({site.call}, {memory}, "
-                               "non-blocking)",
+                               "non-blocking)" + (f" of a tensor {site.made_by} made on the host" if site.made_by
+                                                  else ""),
             path=path, line=lineno, code=code, per_step=site.count / steps, call_sites=(), ms_per_step=ms,
-            cost=cost, fix=fix,
+            cost=cost, fix=fix, function=_function(site.line),
         ))
     return found
 

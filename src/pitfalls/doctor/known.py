@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pitfalls.doctor.known_rules import rule_checks
 from pitfalls.doctor.options import DoctorOptions
 from pitfalls.doctor.report import DoctorReport, Finding
 from pitfalls.doctor.run import run_doctor
@@ -119,7 +120,8 @@ def _steps(device: str) -> Reading:
 
 
 def doctor_checks() -> tuple[Check, ...]:
-    """The doctor's rows of the calibration table (CPU; not published)."""
+    """The doctor's rows of the calibration table (the planted training script's, then the rules'; not
+    published)."""
     def row(name: str, instruments: tuple[str, ...], unit: str, tolerance: float,
             measure: Callable[[str], Reading], absolute: bool, why: str) -> Check:
         return Check(name, instruments, unit, tolerance, measure, device=CPU, absolute=absolute, published=False,
@@ -140,5 +142,6 @@ def doctor_checks() -> tuple[Check, ...]:
             "the compiled function is called with half the batch too: it, and its frame resumed after the "
             "break, compile again"),
         row("doctor: an endless loop stops after its steps", (STEPS,), "steps", 0.0, _steps, True,
-            "while True over 10**6 items: warm-up, timed and scanned steps, then stopped"),
+            "while True over 10**6 items: warm-up, timed, one before the scan and scanned steps, then stopped"),
+        *rule_checks(),
     )

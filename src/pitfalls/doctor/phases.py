@@ -32,8 +32,10 @@ import torch
 from torch.utils._pytree import tree_map
 
 from pitfalls.doctor.copies import CopyRecorder, CopySite
+from pitfalls.doctor.definitions import Definitions
 from pitfalls.doctor.gpu import RealSyncs
 from pitfalls.doctor.options import DoctorOptions
+from pitfalls.doctor.rules import RuleWatch
 from pitfalls.doctor.steps import StopRun
 from pitfalls.probes.group_memory import GroupMemory, GroupMemorySampler
 from pitfalls.probes.hostcopy import Provenance, keep_provenance
@@ -50,7 +52,7 @@ MEMORY_INTERVAL_S = 0.05
 # Batches kept (copied) from the scanned steps for the batch's anatomy.
 ANATOMY_BATCHES = 3
 # The phases' instruments that watch torch calls, by the names `Phases._enter` gives them.
-_MODES = ("keep", "locator", "real")
+_MODES = ("keep", "locator", "rules", "real")
 
 
 @dataclass
@@ -103,13 +105,15 @@ class Phases:
 
     Args:
         options: the steps of each phase.
+        definitions: where the script made its optimizers and convolutions (the rules name those lines).
         clock: seconds as a float, for step times.
         wall: wall time, as compilation metrics stamp it.
     """
 
-    def __init__(self, options: DoctorOptions, clock: Callable[[], float] = time.perf_counter,
+    def __init__(self, options: DoctorOptions, definitions: Definitions, clock: Callable[[], float] = time.perf_counter,
                  wall: Callable[[], float] = time.time) -> None:
         self.options = options
+        self.definitions = definitions
         self._clock = clock
         self._wall = wall
         self.phase = SETUP
@@ -118,6 +122,7 @@ class Phases:
         self.located: LocatedHazards | None = None
         self.scanned_steps = 0
         self.copies: tuple[CopySite, ...] = ()
+        self.rules: RuleWatch | None = None
         self.real: RealSyncs | None = None
         self.gpu_steps = 0
         self.on_cuda = False
@@ -221,13 +226,15 @@ class Phases:
         self.phase = SCANNED
         self.on_cuda = _cuda()
         self._enter(locator=HazardLocator(provenance=self.provenance),
-                    copies=CopyRecorder(self.provenance, real_devices=self.on_cuda))
+                    copies=CopyRecorder(self.provenance, real_devices=self.on_cuda),
+                    rules=RuleWatch(self.definitions, self.provenance))
 
     def _stop_scan(self, steps: int) -> None:
         instruments = self._leave()
         self.scanned_steps = steps
         self.located = instruments["locator"].result
         self.copies = instruments["copies"].sites
+        self.rules = instruments["rules"]
 
     def _start_gpu(self) -> None:
         self.phase = GPU

@@ -14,7 +14,7 @@ NO_GPU = "no GPU"
 NOT_MEASURED_NO_GPU = f"not measured: {NO_GPU}"
 # Where a GPU is present but the script never initialized CUDA, its figures are not measured for that reason.
 CPU_SCRIPT = "the script used no GPU"
-KINDS = ("loader", "sync", "copy", "compile", "memory")
+KINDS = ("loader", "sync", "copy", "compile", "memory", "rule")
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,8 @@ class Finding:
         fix: the change that removes it.
         rank: its place in the report (1: the costliest).
         share_of_step: ``ms_per_step`` over the mean step time (the loader's is its wait share).
+        rule: for a finding of kind "rule", the rule's name (`pitfalls.doctor.rules.RULES`); else "".
+        function: the function the line is in ("" when not known).
     """
 
     kind: str
@@ -49,6 +51,8 @@ class Finding:
     fix: str
     rank: int = 0
     share_of_step: float | None = None
+    rule: str = ""
+    function: str = ""
 
     def as_json(self) -> dict[str, Any]:
         """The finding as the JSON report's ``findings`` entry."""
@@ -57,6 +61,7 @@ class Finding:
             "code": self.code, "per_step": self.per_step,
             "call_sites": [{"path": path, "line": line} for path, line in self.call_sites],
             "ms_per_step": self.ms_per_step, "share_of_step": self.share_of_step, "cost": self.cost, "fix": self.fix,
+            "rule": self.rule or None, "function": self.function or None,
         }
 
 

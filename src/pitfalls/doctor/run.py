@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from pitfalls.doctor import findings as build
+from pitfalls.doctor.definitions import Definitions
 from pitfalls.doctor.gpu import Bandwidth, copy_bandwidth
 from pitfalls.doctor.loader import LoaderWatch
 from pitfalls.doctor.options import DoctorOptions
@@ -44,6 +45,9 @@ from pitfalls.result import Unavailable
 from pitfalls.targets import scanned_traceback
 
 __all__ = ["run_doctor"]
+
+# A rule's cost on a GPU: what its fix saves needs the step run with the fix.
+NO_FIX_COST = "what the fix saves needs the step run with it"
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,7 @@ def _run(script: Script, args: Sequence[str], phases: Phases, budget: Budget, co
     ending: _Ending | None = None
     out = sys.stdout
     try:
-        with compiles, counter, watch, as_main(script, args) as namespace:
+        with compiles, phases.definitions, counter, watch, as_main(script, args) as namespace:
             if quiet_stdout:
                 sys.stdout = sys.stderr  # --json owns stdout; the script's own output goes to stderr
             try:
@@ -204,10 +208,11 @@ def run_doctor(
     loaded = load_script(script)
     reset_dynamo()  # the script compiles as in a fresh process, whatever this one compiled before
     began = time.perf_counter()
-    phases = Phases(options)
+    definitions = Definitions()
+    phases = Phases(options, definitions)
     budget = Budget(options.budget_s)
-    counter = StepCounter(phases.first_step_started, phases.step_ended, budget, phases.optimizer_stepping,
-                          phases.optimizer_stepped)
+    counter = StepCounter(phases.first_step_started, phases.step_ended, budget, lambda: definitions.optimizers_made,
+                          phases.optimizer_stepping, phases.optimizer_stepped)
     def arrived(seconds: float, workers: int, batch: object) -> None:
         counter.batch_delivered()
         phases.batch_arrived(seconds, workers, batch)
@@ -254,6 +259,7 @@ def _report(script: Script, args: Sequence[str], options: DoctorOptions, phases:
         *build.copy_findings(phases.copies, phases.scanned_steps, bandwidth, no_gpu),
         *build.compile_findings(breaks, recompiles, timed, codes),
         *build.memory_findings(shape, loader.batches_per_step if loader else 1.0, watch.line, bandwidth, no_gpu),
+        *(phases.rules.findings(phases.scanned_steps, no_gpu or NO_FIX_COST) if phases.rules is not None else ()),
     ]
     ranked = rank(found, step_ms[2] if step_ms else None)
     timed_window = (timed.began or 0.0, timed.ended or 0.0)

@@ -51,6 +51,8 @@ _FACTORIES = frozenset(
 # (`internal_new_from_data` in torch/csrc/utils/tensor_new.cpp: `.to(device, ..., non_blocking=false)`).
 _FROM_DATA = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
 _ALWAYS_HOST = frozenset({torch.from_numpy, torch.Tensor.cpu})
+# Data that is not a fill: a factory given an array, a buffer or a tensor copies host data, a batch's kind.
+_FILLS = (bool, int, float, complex, list, tuple)
 _FORMATTING = {torch.Tensor.__format__: "Tensor.__format__", torch.Tensor.__repr__: "Tensor.__repr__"}
 _SETTERS = frozenset({torch.Tensor.__setitem__, torch.Tensor.index_put_, torch.Tensor.index_put, torch.index_put})
 NUMPY_LABEL = "Tensor.numpy (of a device tensor: a TypeError on CUDA)"
@@ -87,20 +89,42 @@ class Provenance:
 
     def __init__(self) -> None:
         self._refs: dict[int, weakref.ref[torch.Tensor]] = {}
+        self._made_by: dict[int, str] = {}
         self.quiet = 0  # > 0 while a call already counted at the Python API runs its ATen ops
         self.setitem_value_on_host: list[bool] = []
 
-    def add(self, value: object) -> None:
-        """Mark every tensor in `value` (a tensor, or a structure of them) as host-made."""
+    def add(self, value: object, made_by: str = "") -> None:
+        """Mark every tensor in `value` (a tensor, or a structure of them) as host-made.
+
+        Args:
+            value: a tensor, or a structure of them.
+            made_by: the factory that filled it on the host ("torch.randn"; also an op of such tensors alone), or
+                "" for host data of another kind (a batch, a NumPy array's memory), which cannot be made on the
+                device instead.
+        """
         for leaf in tree_flatten(value)[0]:
             if isinstance(leaf, torch.Tensor):
                 # Identity, not equality: a set of tensors would compare them with ==, an ATen op per lookup.
                 self._refs[id(leaf)] = weakref.ref(leaf, functools.partial(self._forget, id(leaf)))
+                if made_by:
+                    self._made_by[id(leaf)] = made_by
+                else:
+                    self._made_by.pop(id(leaf), None)
 
     def _forget(self, key: int, ref: weakref.ref[torch.Tensor]) -> None:
         # The tensor is gone: drop its entry, unless its id was reused by a tensor added since.
         if self._refs.get(key) is ref:
             del self._refs[key]
+            self._made_by.pop(key, None)
+
+    def made_by(self, tensor: torch.Tensor) -> str:
+        """The factory that filled a host-made tensor on the host ("torch.randn"), or "" (not one, or not known)."""
+        return self._made_by.get(id(tensor), "") if self.on_host(tensor) else ""
+
+    def common_factory(self, tree: object) -> str:
+        """The factory of the first tensor in `tree` when every tensor there was filled by one, else ""."""
+        names = [self.made_by(leaf) for leaf in tree_flatten(tree)[0] if isinstance(leaf, torch.Tensor)]
+        return names[0] if names and all(names) else ""
 
     def on_host(self, tensor: torch.Tensor) -> bool:
         """Whether a CUDA run of the program would hold `tensor` on the host."""
@@ -211,8 +235,13 @@ class HostCopyMode(TorchFunctionMode):
             if to_host:
                 return ("Tensor.to (device to host)" if from_device and not non_blocking else None), _HOST
             # Host data to the device: blocking unless non_blocking (which CUDA's sync debug mode never flags, even
-            # from pageable memory, where the driver stages the copy).
-            return ("Tensor.to (host to device)" if not from_device and not non_blocking else None), _DEVICE
+            # from pageable memory, where the driver stages the copy). A factory's fill is named in the label: its
+            # fix (make it on the device) is not a batch's (pinned memory and non_blocking=True).
+            if from_device or non_blocking:
+                return None, _DEVICE
+            made_by = self._provenance.made_by(src)
+            return (f"Tensor.to of {made_by}'s tensor (host to device)" if made_by
+                    else "Tensor.to (host to device)"), _DEVICE
         if not from_device or src.numel() == 0:
             return None, None
         if func is torch.Tensor.tolist:
@@ -256,9 +285,11 @@ class HostCopyMode(TorchFunctionMode):
         elif func in _FACTORIES:
             device = kwargs.get("device")
             if device is None or _is_host_target(device):
-                provenance.add(out)
+                data = args[0] if args else kwargs.get("data", kwargs.get("obj"))
+                fill = func not in _FROM_DATA or isinstance(data, _FILLS)
+                provenance.add(out, f"torch.{func.__name__}" if fill else "")
         elif provenance.all_on_host((args, kwargs)):
-            provenance.add(out)
+            provenance.add(out, provenance.common_factory((args, kwargs)))
         return out
 
 
