@@ -220,3 +220,58 @@ def test_without_the_step_before_the_scan_a_batch_fetched_ahead_reads_one_false_
     report = run_doctor(path, (), QUICK)
     found = report.finding_at("sync", str(path), line_of(path, "ahead = torch.nonzero("))
     assert [f.per_step for f in found] == [0.2]
+
+
+def _gate(tmp_path, capsys, *argv: str) -> tuple[int, dict]:
+    code = cli.main(["doctor", "--warmup", "1", "--steps", "1", "--scanned", "2", "--json", *argv])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_a_baseline_gate_fails_on_one_more_item_and_passes_an_edit_above_the_step(tmp_path, capsys):
+    source = (EXAMPLES / "gated.py").read_text()
+    saved = tmp_path / "baseline.json"
+    code, data = _gate(tmp_path, capsys, "--save-baseline", str(saved), str(EXAMPLES / "gated.py"))
+    assert code == 0 and "baseline" not in data
+    rows = json.loads(saved.read_text())["entries"]
+    assert [(r["kind"], r["what"], r["file"], r["function"], r["per_step"]) for r in rows] == [
+        ("rule", "float32 matmul without TF32", "<script>", "main", 2.0),  # the Linear forward, its weight's grad
+        ("sync", ".item()", "<script>", "main", 1.0)]
+
+    unchanged = tmp_path / "unchanged.py"
+    unchanged.write_text(source)
+    code, data = _gate(tmp_path, capsys, "--baseline", str(saved), str(unchanged))
+    assert code == 0 and data["baseline"]["failed"] is False and data["baseline"]["added"] == []
+
+    shifted = tmp_path / "shifted.py"  # a blank line above the step: every line number moves, no line is new
+    shifted.write_text(source.replace("    while True:\n", "\n    while True:\n"))
+    code, data = _gate(tmp_path, capsys, "--baseline", str(saved), str(shifted))
+    assert code == 0 and data["baseline"]["added"] == data["baseline"]["grew"] == []
+
+    extra = "        running += float(loss.detach().sum().item())  # one more\n"
+    more = tmp_path / "more.py"
+    more.write_text(source.replace("        running += loss.item()  # the step's one sync\n",
+                                   "        running += loss.item()  # the step's one sync\n" + extra))
+    code, data = _gate(tmp_path, capsys, "--baseline", str(saved), str(more))
+    assert code == 1 and data["baseline"]["failed"] is True
+    (added,) = data["baseline"]["added"]
+    assert (added["what"], added["line"], added["code"]) == (".item()", line_of(more, "# one more"), extra.strip())
+
+    removed = tmp_path / "removed.py"
+    removed.write_text(source.replace("        running += loss.item()  # the step's one sync\n", ""))
+    assert cli.main(["doctor", "--warmup", "1", "--steps", "1", "--scanned", "2", "--baseline", str(saved),
+                     str(removed)]) == 0
+    out = capsys.readouterr().out
+    assert "the gate passes" in out and "removed: sync .item() at <script> in main: running += loss.item()" in out
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--baseline", "absent.json"], "--baseline 'absent.json' cannot be read"),
+    (["--baseline", "broken.json"], "--baseline 'broken.json' is not a baseline"),
+    (["--save-baseline", "no/such/folder/b.json"], "its folder 'no/such/folder' does not exist"),
+])
+def test_a_bad_baseline_file_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, argv, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "broken.json").write_text("{\"entries\": 3}")
+    assert cli.main(["doctor", *argv, str(EXAMPLES / "gated.py")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("pitfalls doctor: ") and message in line

@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from pitfalls.argtypes import positive
+from pitfalls.doctor import baseline
 from pitfalls.doctor.options import DEFAULT_BUDGET_S, DEFAULT_SCANNED, DEFAULT_STEPS, DEFAULT_WARMUP, DoctorOptions
-from pitfalls.doctor.render import render
+from pitfalls.doctor.render import render, render_gate
 from pitfalls.doctor.run import run_doctor
 from pitfalls.doctor.script import ScriptError
 
@@ -24,28 +26,53 @@ def _stderr(line: str) -> None:
     print(f"pitfalls doctor: {line}", file=sys.stderr)
 
 
+def _check_save_path(path: Path) -> None:
+    if not path.parent.is_dir():
+        raise baseline.BaselineError(f"--save-baseline {str(path)!r}: its folder {str(path.parent)!r} does not exist")
+
+
 def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
-    """Run `pitfalls doctor`; returns the exit status (0; 1 when the script failed; 2 bad input; 130 Ctrl-C)."""
+    """Run `pitfalls doctor`; returns the exit status (0; 1 when the script failed or the baseline gate failed; 2
+    bad input; 130 Ctrl-C)."""
     script_args = list(args.script_args)
     if script_args[:1] == ["--"]:
         script_args = script_args[1:]
     options = DoctorOptions(warmup=args.warmup, steps=args.steps, scanned=args.scanned, budget_s=args.budget)
     try:
+        saved = baseline.load(Path(args.baseline)) if args.baseline else None
+        if args.save_baseline:
+            _check_save_path(Path(args.save_baseline))
         report = run_doctor(args.script, script_args, options, quiet_stdout=args.json)
-    except ScriptError as error:
+    except (ScriptError, baseline.BaselineError) as error:
         _stderr(str(error))
         return 2
     except KeyboardInterrupt:
         _stderr("interrupted; every worker of the script's loaders is stopped")
         return EXIT_INTERRUPTED
     sys.stdout.flush()
+    gate = baseline.compare(saved, report, args.baseline) if saved is not None else None
     if args.json:
-        print(json.dumps(report.as_json(), indent=2))
+        data = report.as_json()
+        if gate is not None:
+            data["baseline"] = gate.as_json()
+        print(json.dumps(data, indent=2))
     else:
         render(report, console)
+        if gate is not None:
+            render_gate(gate, console)
     if report.failure is not None and report.failure.traceback:
         print(report.failure.traceback, file=sys.stderr, end="")  # the script's own, from its first frame
-    return 1 if report.failure is not None else 0
+    if args.save_baseline:
+        if report.failure is not None:
+            _stderr(f"--save-baseline {args.save_baseline!r} not written: the script failed before its steps were "
+                    "done")
+        else:
+            try:
+                baseline.save(report, Path(args.save_baseline))
+            except baseline.BaselineError as error:
+                _stderr(str(error))
+                return 2
+    return 1 if report.failure is not None or (gate is not None and gate.failed) else 0
 
 
 def register(commands: Any) -> None:
@@ -62,9 +89,9 @@ def register(commands: Any) -> None:
         epilog=(
             "A step ends at the first torch.optim optimizer's step (a script without one: at each DataLoader batch). "
             "Give the script's own arguments after --. Exit status: 0; 1 when the script raised (or exited with an "
-            "error) before its steps were done, after the report of what was measured; 2 when SCRIPT is missing, "
-            "is not valid Python or runs under torchrun; 130 on Ctrl-C. With --json the script's own output goes "
-            "to stderr."
+            "error) before its steps were done, after the report of what was measured, or when --baseline found "
+            "something new; 2 when SCRIPT is missing, is not valid Python or runs under torchrun, or a baseline "
+            "file cannot be read or written; 130 on Ctrl-C. With --json the script's own output goes to stderr."
         ),
     )
     parser.add_argument("--steps", type=positive(int), default=DEFAULT_STEPS,
@@ -77,6 +104,13 @@ def register(commands: Any) -> None:
     parser.add_argument("--budget", type=positive(float), default=DEFAULT_BUDGET_S, metavar="SECONDS",
                         help=f"stop the script after this many seconds wherever it is (default {DEFAULT_BUDGET_S:g})")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    gate = parser.add_mutually_exclusive_group()
+    gate.add_argument("--save-baseline", metavar="FILE",
+                      help="write the sync lines with their counts per step, the copies, the graph breaks and the "
+                           "rules found, for a later --baseline")
+    gate.add_argument("--baseline", metavar="FILE",
+                      help="exit 1 naming each new line, each count that grew, each new graph break or rule against "
+                           "FILE (lines matched by their code and function, not their number)")
     parser.add_argument("script", metavar="SCRIPT", help="the training script")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="-- ARGS",
                         help="the script's own arguments")

@@ -135,7 +135,7 @@ def copy_rows(copies: Sequence[CopySite], steps: int) -> tuple[CopyRow, ...]:
         return ()
     return tuple(
         CopyRow(*_where(site.line)[:2], site.call, site.direction, site.pinned, site.blocking, site.count / steps,
-                site.bytes / steps)
+                site.bytes / steps, _where(site.line)[2], _function(site.line))
         for site in copies
     )
 

@@ -8,10 +8,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from pitfalls.doctor.baseline import Comparison
 from pitfalls.doctor.report import DoctorReport, Finding
 from pitfalls.units import human_bytes
 
-__all__ = ["render"]
+__all__ = ["render", "render_gate"]
 
 
 def _shown(path: str, bases: tuple[Path, ...]) -> str:
@@ -127,3 +128,15 @@ def render(report: DoctorReport, console: Console) -> None:
         console.print(Text(f"step time over {report.steps.measured} timed steps: {median:.3g} ms median, {p90:.3g} "
                            f"ms p90, {mean:.3g} ms mean{explained}"))
     console.print(Text(f"doctor's run: {report.wall_s:.1f} s"))
+
+
+def render_gate(gate: Comparison, console: Console) -> None:
+    """Print a run against its baseline: what is new or grew (the gate fails), then what was removed or fell."""
+    verdict = "fails" if gate.failed else "passes"
+    console.print(Text(f"baseline {gate.file}: the gate {verdict}", style="red" if gate.failed else "green"))
+    for heading, changes in (("new", gate.added), ("grew", gate.grew), ("removed", gate.removed),
+                             ("fewer", gate.shrank)):
+        for change in changes:
+            console.print(Text(f"  {heading}: {change.sentence()}"))
+    if not (gate.added or gate.grew or gate.removed or gate.shrank):
+        console.print(Text("  nothing added, nothing removed"))

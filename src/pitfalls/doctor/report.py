@@ -173,6 +173,8 @@ class CopyRow:
     blocking: bool
     per_step: float
     bytes_per_step: float
+    code: str = ""
+    function: str = ""
 
 
 @dataclass(frozen=True)
