@@ -13,9 +13,12 @@ from rich.console import Console
 from pitfalls.argtypes import positive
 from pitfalls.doctor import baseline
 from pitfalls.doctor.options import DEFAULT_BUDGET_S, DEFAULT_SCANNED, DEFAULT_STEPS, DEFAULT_WARMUP, DoctorOptions
-from pitfalls.doctor.render import render, render_gate
+from pitfalls.doctor.render import render, render_gate, render_tried
+from pitfalls.doctor.report import DoctorReport
 from pitfalls.doctor.run import run_doctor
 from pitfalls.doctor.script import ScriptError
+from pitfalls.doctor.settings import parse_setting
+from pitfalls.doctor.tries import AUTO, DIGESTS, Tried, choose, cores, try_settings
 
 __all__ = ["cmd_doctor", "register"]
 
@@ -24,6 +27,32 @@ EXIT_INTERRUPTED = 130
 
 def _stderr(line: str) -> None:
     print(f"pitfalls doctor: {line}", file=sys.stderr)
+
+
+def _try_argument(text: str) -> str | dict[str, int | bool]:
+    """A --try value: "loader" (settings chosen from the cores and the wait) or a setting."""
+    if text.strip() == AUTO:
+        return AUTO
+    try:
+        return parse_setting(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _tried(report: DoctorReport, options: DoctorOptions, asked: list[str | dict[str, int | bool]]) -> Tried:
+    """The settings asked for with --try, run; or none and why."""
+    if report.failure is not None:
+        return Tried((), "the script failed before its steps were done")
+    settings = [setting for setting in asked if isinstance(setting, dict)]
+    if AUTO in asked:
+        mean_ms = report.step_ms[2] if report.step_ms else None
+        chosen, why = choose(report.loader, mean_ms, not report.no_gpu, cores())
+        if not chosen and not settings:
+            return Tried((), why)
+        settings += [setting for setting in chosen if setting not in settings]
+    if report.loader is None:
+        return Tried((), "the timed steps took no batch from a DataLoader")
+    return try_settings(report, options, settings)
 
 
 def _check_save_path(path: Path) -> None:
@@ -37,7 +66,8 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
     script_args = list(args.script_args)
     if script_args[:1] == ["--"]:
         script_args = script_args[1:]
-    options = DoctorOptions(warmup=args.warmup, steps=args.steps, scanned=args.scanned, budget_s=args.budget)
+    options = DoctorOptions(warmup=args.warmup, steps=args.steps, scanned=args.scanned, budget_s=args.budget,
+                            digests=DIGESTS if args.tries else 0)
     try:
         saved = baseline.load(Path(args.baseline)) if args.baseline else None
         if args.save_baseline:
@@ -51,13 +81,23 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
         return EXIT_INTERRUPTED
     sys.stdout.flush()
     gate = baseline.compare(saved, report, args.baseline) if saved is not None else None
+    try:
+        tried = _tried(report, options, args.tries) if args.tries else None
+    except KeyboardInterrupt:
+        _stderr("interrupted while trying the loader's settings")
+        return EXIT_INTERRUPTED
     if args.json:
         data = report.as_json()
         if gate is not None:
             data["baseline"] = gate.as_json()
+        if tried is not None:
+            data["try"] = [row.as_json() for row in tried.rows] if tried.rows else f"not run: {tried.note}"
+            data["try_note"] = tried.note or None
         print(json.dumps(data, indent=2))
     else:
         render(report, console)
+        if tried is not None:
+            render_tried(tried, console)
         if gate is not None:
             render_gate(gate, console)
     if report.failure is not None and report.failure.traceback:
@@ -104,6 +144,11 @@ def register(commands: Any) -> None:
     parser.add_argument("--budget", type=positive(float), default=DEFAULT_BUDGET_S, metavar="SECONDS",
                         help=f"stop the script after this many seconds wherever it is (default {DEFAULT_BUDGET_S:g})")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--try", dest="tries", action="append", type=_try_argument, metavar="SETTING",
+                        help="run the script again, in fresh processes, with each DataLoader setting (repeatable): "
+                             "'loader' chooses them from the cores and the measured wait, or give one, e.g. "
+                             "'num_workers=2,pin_memory=True' (num_workers, pin_memory, persistent_workers, "
+                             "prefetch_factor); each row: step time, wait share, speedup, same batches")
     gate = parser.add_mutually_exclusive_group()
     gate.add_argument("--save-baseline", metavar="FILE",
                       help="write the sync lines with their counts per step, the copies, the graph breaks and the "

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pitfalls.doctor.known_rules import rule_checks
+from pitfalls.doctor.known_try import try_checks
 from pitfalls.doctor.options import DoctorOptions
 from pitfalls.doctor.report import DoctorReport, Finding
 from pitfalls.doctor.run import run_doctor
@@ -144,4 +145,5 @@ def doctor_checks() -> tuple[Check, ...]:
         row("doctor: an endless loop stops after its steps", (STEPS,), "steps", 0.0, _steps, True,
             "while True over 10**6 items: warm-up, timed, one before the scan and scanned steps, then stopped"),
         *rule_checks(),
+        *try_checks(),
     )

@@ -32,17 +32,23 @@ class DoctorOptions:
         scanned: steps under the hazard counter and the copy recorder (>= 1); on a GPU as many again under the
             sync debug mode.
         budget_s: wall seconds after which the script is stopped wherever it is (> 0).
+        trial: a trial of `--try`: the timed steps' times and waits alone (no memory sampled), and the run stopped
+            after them.
+        digests: the first batches whose digests are kept (`digest.batch_digest`), to compare runs' batches.
     """
 
     warmup: int = DEFAULT_WARMUP
     steps: int = DEFAULT_STEPS
     scanned: int = DEFAULT_SCANNED
     budget_s: float = DEFAULT_BUDGET_S
+    trial: bool = False
+    digests: int = 0
 
     def __post_init__(self) -> None:
         _check_count("warmup", self.warmup, 1)
         _check_count("steps", self.steps, 1)
         _check_count("scanned", self.scanned, 1)
+        _check_count("digests", self.digests, 0)
         budget = self.budget_s
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
             raise ValueError(f"budget_s={budget!r} is not allowed; it must be a number of seconds > 0")

@@ -33,6 +33,7 @@ from torch.utils._pytree import tree_map
 
 from pitfalls.doctor.copies import CopyRecorder, CopySite
 from pitfalls.doctor.definitions import Definitions
+from pitfalls.doctor.digest import batch_digest
 from pitfalls.doctor.gpu import RealSyncs
 from pitfalls.doctor.options import DoctorOptions
 from pitfalls.doctor.rules import RuleWatch
@@ -127,6 +128,7 @@ class Phases:
         self.gpu_steps = 0
         self.on_cuda = False
         self.anatomy_batches: list[Any] = []
+        self.digests: list[str] = []
         self.first_step_s: float | None = None
         self.began = clock()
         self._stack: contextlib.ExitStack | None = None
@@ -155,6 +157,8 @@ class Phases:
             self._batches += 1
             self.timed.workers = max(self.timed.workers, workers)
         self.provenance.add(batch)  # made by the loader on the host, as on a GPU, whatever the phase
+        if len(self.digests) < self.options.digests:
+            self.digests.append(batch_digest(batch))
         if self.phase == SCANNED and len(self.anatomy_batches) < ANATOMY_BATCHES:
             self.anatomy_batches.append(_copy(batch))
 
@@ -203,7 +207,7 @@ class Phases:
         self.timed.began = self._wall()
         if self.on_cuda:
             torch.cuda.reset_peak_memory_stats()
-        else:
+        elif not self.options.trial:  # a trial times its steps alone: the sampler would share their cores
             self._enter(memory=GroupMemorySampler(os.getpid(), interval_s=MEMORY_INTERVAL_S))
         self._wait, self._batches = 0.0, 0
 
@@ -258,6 +262,9 @@ class Phases:
             self._start_timed()
         if steps == self._bridge_from:
             self._stop_timed()
+            if self.options.trial:
+                self.phase = DONE
+                raise StopRun(f"its {steps} steps are done")
             self.phase = BRIDGE
             self._enter(keep=keep_provenance(self.provenance))
         if steps == self._scan_from:

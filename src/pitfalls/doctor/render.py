@@ -10,9 +10,10 @@ from rich.text import Text
 
 from pitfalls.doctor.baseline import Comparison
 from pitfalls.doctor.report import DoctorReport, Finding
+from pitfalls.doctor.tries import Tried
 from pitfalls.units import human_bytes
 
-__all__ = ["render", "render_gate"]
+__all__ = ["render", "render_gate", "render_tried"]
 
 
 def _shown(path: str, bases: tuple[Path, ...]) -> str:
@@ -140,3 +141,33 @@ def render_gate(gate: Comparison, console: Console) -> None:
             console.print(Text(f"  {heading}: {change.sentence()}"))
     if not (gate.added or gate.grew or gate.removed or gate.shrank):
         console.print(Text("  nothing added, nothing removed"))
+
+
+def _cell(value: float | None, form: str) -> str:
+    return "-" if value is None else format(value, form)
+
+
+def render_tried(tried: Tried, console: Console) -> None:
+    """Print the settings tried: one row each, the fix ranked; or why none was tried."""
+    if not tried.rows:
+        console.print(Text(f"--try: not run: {tried.note}"))
+        return
+    warmup, steps = tried.steps
+    table = Table(title=Text(f"the DataLoader's settings, each run in a fresh process ({warmup} warm-up and {steps} "
+                             "timed steps each)"))
+    for column in ("setting", "workers", "step ms (median)", "step ms (mean)", "wait share", "speedup",
+                   "same batches", ""):
+        table.add_column(column)
+    for row in tried.rows:
+        same = {True: "yes", False: "no: changes the batches", None: "not judged"}[row.same_batches]
+        table.add_row(row.setting, "-" if row.workers is None else str(row.workers), _cell(row.step_ms, ".3g"),
+                      _cell(row.mean_ms, ".3g"), _cell(row.wait_share, ".0%"),
+                      "-" if row.speedup is None else f"{row.speedup:.2f}x", same,
+                      "the fix, measured" if row.fix else row.note)
+    console.print(table)
+    if tried.note:
+        console.print(Text(f"--try: {tried.note}"))
+    best = tried.best
+    if best is not None and best.speedup is not None:
+        console.print(Text(f"the fix, measured: {best.setting}: {best.speedup:.2f}x the script's own steps per "
+                           "second, the same batches"))

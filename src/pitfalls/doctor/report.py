@@ -221,6 +221,7 @@ class DoctorReport:
         not_measured: each figure that was not measured, and why ("real syncs by line ...: no GPU").
         wall_s: the run's wall seconds.
         no_gpu: why the GPU's figures were not measured (`NO_GPU`, `CPU_SCRIPT`), or "" when they were.
+        digests: the digests of the first batches, when they were asked for (`DoctorOptions.digests`).
     """
 
     script: str
@@ -242,6 +243,7 @@ class DoctorReport:
     not_measured: tuple[str, ...]
     wall_s: float
     no_gpu: str = NO_GPU
+    digests: tuple[str, ...] = ()
 
     def finding_at(self, kind: str, path: str, line: int) -> tuple[Finding, ...]:
         """The findings of one kind at one line."""

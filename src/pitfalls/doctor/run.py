@@ -292,4 +292,5 @@ def _report(script: Script, args: Sequence[str], options: DoctorOptions, phases:
         not_measured=_not_measured(phases, loader is not None, compiled, no_gpu),
         wall_s=wall_s,
         no_gpu=no_gpu,
+        digests=tuple(phases.digests),
     )
