@@ -275,3 +275,12 @@ def test_a_bad_baseline_file_is_one_line_and_exit_2(tmp_path, monkeypatch, capsy
     assert cli.main(["doctor", *argv, str(EXAMPLES / "gated.py")]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("pitfalls doctor: ") and message in line
+
+
+def test_a_batch_its_loader_pins_is_pinned_memory_though_this_machine_pins_nothing():
+    path = EXAMPLES / "pinned_batches.py"
+    report = run_doctor(path, (), QUICK)
+    line = line_of(path, "x = x.to(device, non_blocking=True)")
+    (row,) = [c for c in report.copies if c.line == line]
+    assert (row.pinned, row.blocking, row.direction) == (True, False, "host to device")
+    assert not any("pageable" in f.title or f.kind == "sync" for f in report.findings)

@@ -58,9 +58,10 @@ def _bytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
 
 
-def _pinned(tensor: torch.Tensor) -> bool:
-    # is_pinned asks the accelerator; a CPU build answers False.
-    return tensor.device.type == "cpu" and bool(tensor.is_pinned())
+def _pinned(tensor: torch.Tensor, provenance: Provenance) -> bool:
+    # is_pinned asks the accelerator; a CPU build answers False, so a batch its loader would pin is read from the
+    # provenance.
+    return tensor.device.type == "cpu" and (bool(tensor.is_pinned()) or provenance.pinned(tensor))
 
 
 class CopyRecorder(TorchFunctionMode):
@@ -85,7 +86,7 @@ class CopyRecorder(TorchFunctionMode):
 
     def _record(self, call: str, direction: str, host: torch.Tensor, nbytes: int, blocking: bool) -> None:
         made_by = self._provenance.made_by(host) if direction == HOST_TO_DEVICE else ""
-        key = (locate_dispatch()[0], call, direction, _pinned(host), blocking, made_by)
+        key = (locate_dispatch()[0], call, direction, _pinned(host, self._provenance), blocking, made_by)
         self._seen[key] += 1
         self._bytes[key] += nbytes
 

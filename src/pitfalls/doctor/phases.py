@@ -150,13 +150,16 @@ class Phases:
         """Whether an instrument that watches torch calls (a torch function or dispatch mode) is on now."""
         return any(name in self._instruments for name in _MODES)
 
-    def batch_arrived(self, seconds: float, workers: int, batch: Any) -> None:
-        """A batch came out of a DataLoader after ``seconds`` in ``next()``."""
+    def batch_arrived(self, seconds: float, workers: int, batch: Any, pinned: bool = False) -> None:
+        """A batch came out of a DataLoader after ``seconds`` in ``next()``; ``pinned``: its loader asked for pinned
+        memory."""
         if self.phase == TIMED:
             self._wait += seconds
             self._batches += 1
             self.timed.workers = max(self.timed.workers, workers)
         self.provenance.add(batch)  # made by the loader on the host, as on a GPU, whatever the phase
+        if pinned:
+            self.provenance.pin(batch)
         if len(self.digests) < self.options.digests:
             self.digests.append(batch_digest(batch))
         if self.phase == SCANNED and len(self.anatomy_batches) < ANATOMY_BATCHES:

@@ -213,9 +213,9 @@ def run_doctor(
     budget = Budget(options.budget_s)
     counter = StepCounter(phases.first_step_started, phases.step_ended, budget, lambda: definitions.optimizers_made,
                           phases.optimizer_stepping, phases.optimizer_stepped)
-    def arrived(seconds: float, workers: int, batch: object) -> None:
+    def arrived(seconds: float, workers: int, batch: object, pinned: bool) -> None:
         counter.batch_delivered()
-        phases.batch_arrived(seconds, workers, batch)
+        phases.batch_arrived(seconds, workers, batch, pinned)
 
     watch = LoaderWatch(counter.batch_asked, arrived, phases.instruments_on)
     compiles = CompileWatch()

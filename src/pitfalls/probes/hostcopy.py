@@ -90,6 +90,7 @@ class Provenance:
     def __init__(self) -> None:
         self._refs: dict[int, weakref.ref[torch.Tensor]] = {}
         self._made_by: dict[int, str] = {}
+        self._pinned: set[int] = set()
         self.quiet = 0  # > 0 while a call already counted at the Python API runs its ATen ops
         self.setitem_value_on_host: list[bool] = []
 
@@ -116,6 +117,18 @@ class Provenance:
         if self._refs.get(key) is ref:
             del self._refs[key]
             self._made_by.pop(key, None)
+            self._pinned.discard(key)
+
+    def pin(self, value: object) -> None:
+        """Mark the host-made tensors in `value` as page-locked in the CUDA program (a batch of a DataLoader asked
+        for pinned memory, which a run without an accelerator does not pin)."""
+        for leaf in tree_flatten(value)[0]:
+            if isinstance(leaf, torch.Tensor) and self.on_host(leaf):
+                self._pinned.add(id(leaf))
+
+    def pinned(self, tensor: torch.Tensor) -> bool:
+        """Whether the CUDA program would hold `tensor` in page-locked host memory (as `pin` marked it)."""
+        return id(tensor) in self._pinned and self.on_host(tensor)
 
     def made_by(self, tensor: torch.Tensor) -> str:
         """The factory that filled a host-made tensor on the host ("torch.randn"), or "" (not one, or not known)."""
