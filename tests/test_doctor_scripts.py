@@ -284,3 +284,10 @@ def test_a_batch_its_loader_pins_is_pinned_memory_though_this_machine_pins_nothi
     (row,) = [c for c in report.copies if c.line == line]
     assert (row.pinned, row.blocking, row.direction) == (True, False, "host to device")
     assert not any("pageable" in f.title or f.kind == "sync" for f in report.findings)
+
+
+def test_an_item_under_inference_mode_is_named_item():
+    path = EXAMPLES / "inference_item.py"
+    report = run_doctor(path, (), QUICK)
+    found = report.finding_at("sync", str(path), line_of(path, "# the evaluation's sync"))
+    assert [(f.title, f.per_step) for f in found] == [(".item()", 1.0)]

@@ -76,7 +76,7 @@ def _execute(script: Script, namespace: dict[str, object], counter: StepCounter)
         return _Ending(f"the script exited with status {code} after {steps()}",
                        Failure(f"SystemExit: {code}", in_step()))
     except Exception as error:  # the script's own error: reported with what was measured before it
-        last = traceback.format_exception_only(type(error), error)[-1].strip()
+        last = traceback.format_exception_only(type(error), error)[-1].strip().splitlines()[0]
         return _Ending(f"the script raised after {steps()}", Failure(last, in_step(), scanned_traceback(error)))
     return _Ending(f"the script ended after {steps()}")
 

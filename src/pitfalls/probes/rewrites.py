@@ -49,6 +49,8 @@ _KINDS: dict[str, HazardKind] = {
     "aten.index.Tensor (bool mask)": HazardKind("boolean-mask index", _MASK),
     "aten.masked_select.default": HazardKind("aten.masked_select (boolean mask)", _MASK),
     "aten._local_scalar_dense.default": HazardKind(".item()", _ITEM),
+    # Under torch.inference_mode no autograd key decomposes item() first: a dispatch mode sees the composite op.
+    "aten.item.default": HazardKind(".item()", _ITEM),
     "aten.equal.default": HazardKind(
         "torch.equal", "compare on the device, (a == b).all(), and branch with torch.where"
     ),
