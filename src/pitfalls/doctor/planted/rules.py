@@ -64,12 +64,12 @@ def main() -> None:
     data = TensorDataset(torch.randn(10**5, 3, PIXELS, PIXELS), torch.randint(0, CLASSES, (10**5,)))
     for images, labels in DataLoader(data, batch_size=BATCH):
         images = images.to(device, non_blocking=True)
+        if device.type == "cuda":  # pinning needs an accelerator
+            pinned = labels.pin_memory()
+            pinned.to(device, non_blocking=True)  # right: a non-blocking copy from pinned memory
         labels = labels.to(device)  # planted: a batch's blocking copy (pinned memory, non_blocking)
         noise = torch.randn(BATCH, CLASSES).to(device)  # planted: a host fill copied to the device
         jitter = torch.randn(BATCH, CLASSES, device=device)  # right: made on the device
-        if device.type == "cuda":
-            pinned = labels.cpu().pin_memory()
-            labels = pinned.to(device, non_blocking=True)  # right: a non-blocking copy from pinned memory
         with torch.no_grad():
             torch.backends.cudnn.allow_tf32 = False
             smoothed = blur(images)  # planted: a float32 convolution without TF32
