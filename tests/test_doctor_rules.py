@@ -62,3 +62,12 @@ def test_a_blind_matmul_instrument_fails_its_row(monkeypatch):
                 if c.device == CPU and rules.TF32_MATMUL.name in c.name]
     row = verdict(check, check.measure(CPU))
     assert row.verdict == "fail" and row.measured == 0.0
+
+
+def test_the_rules_gpu_piece_runs_on_the_cpu_and_writes_its_report(tmp_path):
+    from pitfalls.doctor import rules_check
+
+    found = rules_check(tmp_path, CPU)
+    assert [(row["rule"], row["found"]) for row in found["rows"]] == [(one.name, 1) for one in planted.PLANTED]
+    assert found["right_lines"]["found"] == 0 and found["error"] is None
+    assert "findings, the costliest first" in (tmp_path / "doctor-rules.txt").read_text()
