@@ -16,6 +16,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pitfalls.doctor.options import DoctorOptions
+from pitfalls.doctor.run import run_doctor
+from pitfalls.doctor.settings import applied
+
 __all__ = ["Trial", "main", "run_trial"]
 
 
@@ -44,10 +48,6 @@ class Trial:
 
 def run_trial(trial: Trial) -> dict[str, Any]:
     """Run one trial in this process; returns what it measured (see the module's docstring)."""
-    from pitfalls.doctor.options import DoctorOptions
-    from pitfalls.doctor.run import run_doctor
-    from pitfalls.doctor.settings import applied
-
     options = DoctorOptions(warmup=trial.warmup, steps=trial.steps, budget_s=trial.budget_s, trial=True,
                             digests=trial.digests)
     with applied(trial.setting):
