@@ -37,9 +37,9 @@ class Planted:
     Attributes:
         name: the row's rule, as its name reads.
         text: text on exactly one line of the script.
-        kind: the finding's kind ("rule" for the rules; "sync" for a blocking copy and its fix).
+        kind: the finding's kind ("rule" for the rules; "sync" for a blocking copy, "copy" for a non-blocking one).
         rule: the rule's name, for kind "rule".
-        fix: text the fix must hold, for kind "sync".
+        fix: text the fix must hold, for the kinds "sync" and "copy".
         cuda: the rule whose answer a GPU run checks too (the device's dtypes and TF32).
     """
 
@@ -61,6 +61,8 @@ PLANTED = (
     Planted(rules.FACTORY_COPY.name, "noise = torch.randn(BATCH, CLASSES).to(device)", kind="sync",
             fix=_SYNC_FIXES[0]),
     Planted("a batch's blocking copy", "labels = labels.to(device)  # planted", kind="sync", fix=_SYNC_FIXES[1]),
+    Planted(rules.PAGEABLE_COPY.name, "images = images.to(device, non_blocking=True)", kind="copy",
+            fix="pin the host memory"),
 )
 
 

@@ -11,12 +11,14 @@ Planted, each on a line that says so (and the counterpart that must read no find
 - a bf16 matmul with a size of 12 (one whose sizes are all multiples of 8);
 - a tensor ``torch.randn`` fills on the host each step, then copies to the device (one made there);
 - a batch copied to the device blocking, whose fix is pinned memory and ``non_blocking=True``, not a device factory;
-- on CUDA, a non-blocking copy from pinned memory (the batch's pageable one is the existing copy rule).
+- a batch copied without blocking from pageable memory (a batch from a DataLoader with ``pin_memory=True``, pinned
+  on a GPU though a machine without an accelerator pins nothing).
 """
 
 from __future__ import annotations
 
 import argparse
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -62,11 +64,13 @@ def main() -> None:
     slow = torch.optim.AdamW(first, lr=1e-3, foreach=False)  # planted: tensor by tensor
     fast = torch.optim.AdamW(rest, lr=1e-3)  # right: foreach unset, a GPU picks foreach
     data = TensorDataset(torch.randn(10**5, 3, PIXELS, PIXELS), torch.randint(0, CLASSES, (10**5,)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "pin_memory ... no accelerator is found" where there is none
+        weights = iter(DataLoader(TensorDataset(torch.rand(10**5, CLASSES)), batch_size=BATCH, pin_memory=True))
     for images, labels in DataLoader(data, batch_size=BATCH):
-        images = images.to(device, non_blocking=True)
-        if device.type == "cuda":  # pinning needs an accelerator
-            pinned = labels.pin_memory()
-            pinned.to(device, non_blocking=True)  # right: a non-blocking copy from pinned memory
+        images = images.to(device, non_blocking=True)  # planted: a non-blocking copy from pageable memory
+        (weight,) = next(weights)
+        weight = weight.to(device, non_blocking=True)  # right: a non-blocking copy from pinned memory
         labels = labels.to(device)  # planted: a batch's blocking copy (pinned memory, non_blocking)
         noise = torch.randn(BATCH, CLASSES).to(device)  # planted: a host fill copied to the device
         jitter = torch.randn(BATCH, CLASSES, device=device)  # right: made on the device
@@ -78,7 +82,8 @@ def main() -> None:
             target = teacher(smoothed.mean((2, 3)))  # right: a float32 matmul with TF32 allowed
             torch.set_float32_matmul_precision("highest")
         logits, extra = model(images)
-        loss = F.cross_entropy(logits + noise + jitter, labels) + (logits - target).square().mean() + extra.mean()
+        loss = F.cross_entropy(logits + noise + jitter, labels, weight=weight[0]) + (logits - target).square().mean() \
+            + extra.mean()
         slow.zero_grad(set_to_none=False)  # planted: the gradients filled with zeros
         fast.zero_grad()  # right: set to None
         loss.backward()
