@@ -122,9 +122,10 @@ def register(commands: Any) -> None:
         help="run your training script for a few steps under every instrument: what slows its step, ranked",
         description=(
             "Run SCRIPT unchanged, in this process, as `python SCRIPT ARGS` would (its __name__ is __main__), for "
-            "--warmup steps, then --steps timed steps (step time, the DataLoader's wait, memory), then --scanned "
-            "steps under the sync-hazard counter and the copy recorder (and as many under CUDA's sync debug mode "
-            "where the script uses a GPU); then stop it and report what costs its step, ranked, each with its fix."
+            "--warmup steps, then --steps timed steps (step time, the DataLoader's wait, memory), then one step "
+            "under the provenance record and --scanned steps under the sync-hazard counter, the copy recorder and "
+            "the rules of PyTorch's profiler and Nsight Systems (and as many under CUDA's sync debug mode where the "
+            "script uses a GPU); then stop it and report what costs its step, ranked, each with its fix."
         ),
         epilog=(
             "A step ends at the first torch.optim optimizer's step (a script without one: at each DataLoader batch). "
