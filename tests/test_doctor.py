@@ -34,10 +34,10 @@ def at(report: DoctorReport, kind: str, text: str) -> list:
 
 def test_it_stops_the_endless_loop_after_warm_up_timed_and_scanned_steps(report):
     steps = report.steps
-    counts = (steps.warmup, steps.measured, steps.before_scan, steps.scanned, steps.gpu, steps.total)
-    assert counts == (3, 10, 1, 5, 0, 19)
+    counts = (steps.warmup, steps.measured, steps.memory, steps.before_scan, steps.scanned, steps.gpu, steps.total)
+    assert counts == (3, 10, 5, 1, 5, 0, 24)
     assert steps.counted_by == "optimizer"
-    assert report.ended == "stopped: its 19 steps are done" and report.failure is None
+    assert report.ended == "stopped: its 24 steps are done" and report.failure is None
 
 
 def test_each_planted_sync_is_named_at_its_line_with_its_count_per_step(report):
@@ -127,7 +127,7 @@ def test_gpu_check_runs_on_the_cpu_and_says_what_it_could_not_measure(tmp_path):
     assert rows["optimizer step"]["hazards_per_step"] == 0
     assert all(row["real_syncs_per_step"] == "not measured: no GPU" for row in rows.values())
     assert found["agreement"] == found["bandwidth_gb_s"] == "not measured: no GPU"
-    assert json.loads((tmp_path / "doctor.json").read_text())["steps"]["total"] == 19
+    assert json.loads((tmp_path / "doctor.json").read_text())["steps"]["total"] == 24
     assert "findings, the costliest first" in (tmp_path / "doctor.txt").read_text()
 
 
@@ -146,4 +146,4 @@ def test_the_command_prints_the_report_and_exits_0(capsys):
     code = cli.main(["doctor", "--warmup", "2", "--steps", "1", "--scanned", "5", "--json", SCRIPT, "--", *args])
     assert code == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["steps"]["total"] == 9 and data["argv"] == args
+    assert data["steps"]["total"] == 14 and data["argv"] == args

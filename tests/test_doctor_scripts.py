@@ -15,7 +15,7 @@ from pitfalls import cli
 from pitfalls.doctor import DoctorOptions, ScriptError, run_doctor
 
 EXAMPLES = Path(__file__).resolve().parent / "doctor_examples"
-QUICK = DoctorOptions(warmup=2, steps=3, scanned=5)
+QUICK = DoctorOptions(warmup=2, steps=3, scanned=5, memory=1)
 
 
 def line_of(path: Path, text: str) -> int:
@@ -33,8 +33,10 @@ def no_children() -> list[psutil.Process]:
 def test_adamw_without_hazards_reports_no_sync(foreach):
     args = ["--lr", "1e-3", *(["--foreach"] if foreach else [])]
     report = run_doctor(EXAMPLES / "adamw_clean.py", args, QUICK)
-    assert report.steps.total == 11 and report.steps.counted_by == "optimizer"
+    assert report.steps.total == 12 and report.steps.counted_by == "optimizer"
     assert [f for f in report.findings if f.kind == "sync"] == []
+    # Memory is sampled in a step of its own: the sampler takes a core that the timed steps would wait for.
+    assert report.steps.memory == 1 and report.memory.detail.startswith("over 1 steps after the timed ones")
     assert report.steps.scanned == 5 and report.failure is None
 
 
@@ -42,7 +44,7 @@ def test_a_loop_without_an_optimizer_is_counted_by_its_batches_and_forks_no_inst
     marker = tmp_path / "marker"
     path = EXAMPLES / "loader_only.py"
     report = run_doctor(path, [str(marker)], QUICK)
-    assert report.steps.counted_by == "loader" and report.steps.total == 11
+    assert report.steps.counted_by == "loader" and report.steps.total == 12
     # Every epoch forks its workers again, several in the scanned steps: none started under an instrument.
     assert marker.read_text() == "modes 0"
     line = line_of(path, "total += values.to(device).sum().item()")
@@ -67,8 +69,9 @@ def test_a_script_that_raises_gets_the_report_the_last_line_and_the_step(tmp_pat
 
 def test_a_stopped_script_runs_its_finally_blocks(tmp_path):
     marker = tmp_path / "marker"
-    report = run_doctor(EXAMPLES / "loader_only.py", [str(marker)], DoctorOptions(warmup=1, steps=1, scanned=1))
-    assert report.ended == "stopped: its 4 steps are done" and marker.read_text() == "modes 0"
+    report = run_doctor(EXAMPLES / "loader_only.py", [str(marker)],
+                        DoctorOptions(warmup=1, steps=1, scanned=1, memory=1))
+    assert report.ended == "stopped: its 5 steps are done" and marker.read_text() == "modes 0"
 
 
 def test_a_script_that_never_steps_is_stopped_by_the_budget_and_says_so(tmp_path):
@@ -130,8 +133,8 @@ def test_python_m_pitfalls_doctor_runs_the_script_as_main_with_its_arguments(tmp
         capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads(done.stdout)
-    assert data["argv"] == ["--lr", "1e-3"] and data["steps"]["total"] == 5
-    assert data["ended"] == "stopped: its 5 steps are done"
+    assert data["argv"] == ["--lr", "1e-3"] and data["steps"]["total"] == 10
+    assert data["ended"] == "stopped: its 10 steps are done"
 
 
 def test_real_syncs_are_counted_at_the_line_that_warned_and_other_warnings_pass_on():

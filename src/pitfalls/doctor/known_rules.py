@@ -24,7 +24,7 @@ __all__ = ["PLANTED", "RIGHT", "RULES_SCRIPT", "Planted", "at_planted", "lines_m
 
 RULES_SCRIPT = Path(__file__).resolve().parent / "planted" / "rules.py"
 # Rules need no timing: a few steps, the scanned ones as many as the doctor's default.
-OPTIONS = DoctorOptions(warmup=2, steps=2, scanned=5)
+OPTIONS = DoctorOptions(warmup=2, steps=2, scanned=5, memory=1)
 RULE_FINDINGS = "doctor: rule findings at their lines"
 RIGHT = "# right:"
 _SYNC_FIXES = ("make it on the device", "copy from pinned memory without waiting")

@@ -3,15 +3,18 @@
 1. **warm-up** (W steps): nothing is measured. The first step runs eagerly while the tensors it makes on the host
    are recorded (`keep_provenance`: an optimizer's host-side step count is made there); torch.compile compiles
    from the second step on.
-2. **timed** (N steps): each step's wall time, the wait in the DataLoader's ``next()`` within it, and memory: the
-   CUDA allocator's peak per step where the script initialized CUDA (each step synchronized at its end, as the
-   loader family times its steps), else the process group's (this process and its loader workers, sampled by
-   `pitfalls.probes.group_memory` every 50 ms).
-3. **before the scan** (1 step): the provenance record again, so that what the first scanned step reads and an
+2. **timed** (N steps): each step's wall time, the wait in the DataLoader's ``next()`` within it, and, where the
+   script initialized CUDA, the allocator's peak per step (each step synchronized at its end, as the loader family
+   times its steps). Nothing else runs beside them.
+3. **memory** (M steps, only where the script did not initialize CUDA): the process group's memory (this process
+   and its loader workers), sampled by `pitfalls.probes.group_memory` every 50 ms. Apart from the timed steps:
+   reading every process's memory map takes a core for about 10 ms a sample, and on two shared cores a step whose
+   ops run on two threads waits for it (a convolutional step read 20-45 % slower with the sampler beside it).
+4. **before the scan** (1 step): the provenance record again, so that what the first scanned step reads and an
    earlier step made (a batch fetched ahead, before the step's end) is known for what it is.
-4. **scanned** (S steps): the hazard counter by line (`HazardLocator`, fed the provenance kept so far) and the
-   copy recorder; compiled code runs eagerly.
-5. **GPU** (S steps, only where the script initialized CUDA): real syncs by line and their stalls (`gpu.RealSyncs`).
+5. **scanned** (S steps): the hazard counter by line (`HazardLocator`, fed the provenance kept so far), the copy
+   recorder and the rules (`rules.RuleWatch`); compiled code runs eagerly.
+6. **GPU** (S steps, only where the script initialized CUDA): real syncs by line and their stalls (`gpu.RealSyncs`).
 
 Whatever the phase, the loader's own work (and its workers' start) runs with no instrument on, and its batches are
 recorded as host-made tensors; and an optimizer's step that makes new state (its first, or one that meets a
@@ -43,10 +46,10 @@ from pitfalls.probes.hostcopy import Provenance, keep_provenance
 from pitfalls.probes.sites import HazardLocator, LocatedHazards
 from pitfalls.result import Unavailable
 
-__all__ = ["ANATOMY_BATCHES", "BRIDGE", "DONE", "GPU", "MEMORY_INTERVAL_S", "SCANNED", "SETUP", "TIMED", "WARMUP",
-           "Phases", "Timed"]
+__all__ = ["ANATOMY_BATCHES", "BRIDGE", "DONE", "GPU", "MEMORY", "MEMORY_INTERVAL_S", "SCANNED", "SETUP", "TIMED",
+           "WARMUP", "Phases", "Timed"]
 
-SETUP, WARMUP, TIMED, BRIDGE = "setup", "warm-up", "timed", "before the scan"
+SETUP, WARMUP, TIMED, MEMORY, BRIDGE = "setup", "warm-up", "timed", "memory", "before the scan"
 SCANNED, GPU, DONE = "scanned", "gpu", "done"
 # Reading every process's memory map costs the step time it shares the cores with: 50 ms, as scan-loader samples.
 MEMORY_INTERVAL_S = 0.05
@@ -67,7 +70,6 @@ class Timed:
         workers: the most workers of a loader that delivered a batch.
         began: wall time (`time.time()`) the phase began; None if it never did.
         ended: wall time it ended.
-        group_memory: the process group's memory over the phase (a CPU run).
         cuda_peaks: the CUDA allocator's peak of each step, bytes (a run on CUDA).
     """
 
@@ -77,7 +79,6 @@ class Timed:
     workers: int = 0
     began: float | None = None
     ended: float | None = None
-    group_memory: GroupMemory | Unavailable | None = None
     cuda_peaks: list[int] = field(default_factory=list)
 
 
@@ -120,6 +121,8 @@ class Phases:
         self.phase = SETUP
         self.provenance = Provenance()
         self.timed = Timed()
+        self.group_memory: GroupMemory | Unavailable | None = None
+        self.memory_steps = 0
         self.located: LocatedHazards | None = None
         self.scanned_steps = 0
         self.copies: tuple[CopySite, ...] = ()
@@ -139,7 +142,13 @@ class Phases:
         self._wait = 0.0
         self._batches = 0
         o = options
-        self._timed_from, self._bridge_from = o.warmup, o.warmup + o.steps
+        self._timed_from, self._memory_from = o.warmup, o.warmup + o.steps
+        self._from_bridge(self._memory_from + o.memory)
+
+    def _from_bridge(self, bridge: int) -> None:
+        """Where the phases after the timed ones start: the memory phase's length is known at the timed end."""
+        o = self.options
+        self._bridge_from = bridge
         self._scan_from = self._bridge_from + o.bridge
         self._scan_to = self._scan_from + o.scanned
         self._gpu_to = self._scan_to + o.scanned
@@ -210,8 +219,6 @@ class Phases:
         self.timed.began = self._wall()
         if self.on_cuda:
             torch.cuda.reset_peak_memory_stats()
-        elif not self.options.trial:  # a trial times its steps alone: the sampler would share their cores
-            self._enter(memory=GroupMemorySampler(os.getpid(), interval_s=MEMORY_INTERVAL_S))
         self._wait, self._batches = 0.0, 0
 
     def _timed_step(self) -> None:
@@ -225,9 +232,16 @@ class Phases:
 
     def _stop_timed(self) -> None:
         self.timed.ended = self._wall()
+
+    def _start_memory(self) -> None:
+        self.phase = MEMORY
+        self._enter(memory=GroupMemorySampler(os.getpid(), interval_s=MEMORY_INTERVAL_S))
+
+    def _stop_memory(self, steps: int) -> None:
         sampler = self._leave().get("memory")
         if isinstance(sampler, GroupMemorySampler):
-            self.timed.group_memory = sampler.result
+            self.group_memory = sampler.result
+            self.memory_steps = steps
 
     def _start_scan(self) -> None:
         self.phase = SCANNED
@@ -263,11 +277,18 @@ class Phases:
             self._timed_step()
         if steps == self._timed_from:
             self._start_timed()
-        if steps == self._bridge_from:
+        if steps == self._memory_from:
             self._stop_timed()
             if self.options.trial:
                 self.phase = DONE
                 raise StopRun(f"its {steps} steps are done")
+            if self.on_cuda:  # the allocator's peaks came with the timed steps
+                self._from_bridge(steps)
+            else:
+                self._start_memory()
+        if steps == self._bridge_from:
+            if self.phase == MEMORY:
+                self._stop_memory(self.options.memory)
             self.phase = BRIDGE
             self._enter(keep=keep_provenance(self.provenance))
         if steps == self._scan_from:
@@ -290,6 +311,8 @@ class Phases:
         self._leave_state_record()  # an optimizer's step that raised
         if self.phase == TIMED:
             self._stop_timed()
+        elif self.phase == MEMORY:
+            self._stop_memory(max(steps - self._memory_from, 0))
         elif self.phase == SCANNED:
             self._stop_scan(max(steps - self._scan_from, 0))
         elif self.phase == GPU:

@@ -44,8 +44,9 @@ def _steps(report: DoctorReport) -> str:
     by = {"optimizer": "the first optimizer's steps", "loader": "DataLoader batches (no torch.optim optimizer "
           "stepped)"}.get(s.counted_by or "", "nothing: no step began")
     gpu = f", {s.gpu} under the sync debug mode" if s.gpu else ""
-    return (f"{s.total} steps ({s.warmup} warm-up, {s.measured} timed, {s.before_scan} before the scan, {s.scanned} "
-            f"scanned{gpu}), counted by {by}; "
+    memory = f", {s.memory} for memory" if s.memory else ""
+    return (f"{s.total} steps ({s.warmup} warm-up, {s.measured} timed{memory}, {s.before_scan} before the scan, "
+            f"{s.scanned} scanned{gpu}), counted by {by}; "
             f"{report.ended}")
 
 
@@ -88,7 +89,7 @@ def _details(report: DoctorReport, console: Console, bases: tuple[Path, ...]) ->
     m = report.memory
     if m is not None:
         peak = "n/a" if m.peak_bytes is None else human_bytes(m.peak_bytes)
-        console.print(Text(f"memory over the timed steps ({m.source}): peak {peak}; {m.detail}"))
+        console.print(Text(f"memory ({m.source}): peak {peak}; {m.detail}"))
     for row in report.copies:
         kind = f"{'pinned' if row.pinned else 'pageable'}, {'blocking' if row.blocking else 'non-blocking'}"
         console.print(Text(f"copy at {_where(row.path, row.line, bases)}: {row.call} {row.direction}, {kind}, "

@@ -72,6 +72,7 @@ class StepsDone:
     Attributes:
         warmup: warm-up steps done.
         measured: timed steps done.
+        memory: steps after them whose process-group memory was sampled (0 on CUDA, or when the run stopped before).
         before_scan: steps between the timed and the scanned ones, under the provenance record (1, or 0 when the
             run stopped before).
         scanned: steps under the hazard counter.
@@ -82,6 +83,7 @@ class StepsDone:
 
     warmup: int
     measured: int
+    memory: int
     before_scan: int
     scanned: int
     gpu: int
@@ -146,7 +148,7 @@ class CompileFigures:
 
 @dataclass(frozen=True)
 class MemoryFigures:
-    """Peak memory over the timed steps.
+    """Peak memory: the CUDA allocator's over the timed steps, or the process group's over the memory steps.
 
     Attributes:
         source: "CUDA allocator" or "process group" (this process and its loader workers).
@@ -255,7 +257,7 @@ class DoctorReport:
         return {
             "script": self.script,
             "argv": list(self.argv),
-            "steps": {"warmup": self.steps.warmup, "measured": self.steps.measured,
+            "steps": {"warmup": self.steps.warmup, "measured": self.steps.measured, "memory": self.steps.memory,
                       "before_scan": self.steps.before_scan, "scanned": self.steps.scanned, "gpu": self.steps.gpu,
                       "counted_by": self.steps.counted_by, "total": self.steps.total},
             "ended": self.ended,

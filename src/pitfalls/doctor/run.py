@@ -107,15 +107,16 @@ def _memory(phases: Phases) -> MemoryFigures | None:
     if timed.cuda_peaks:
         return MemoryFigures("CUDA allocator", max(timed.cuda_peaks), int(statistics.median(timed.cuda_peaks)),
                              f"max allocated of each of {len(timed.cuda_peaks)} timed steps")
-    group = timed.group_memory
+    group = phases.group_memory
     if group is None:
         return None
     if isinstance(group, Unavailable):
         return MemoryFigures("process group", None, None, f"unavailable: {group.reason}")
     return MemoryFigures(
         "process group", group.peak_pss, None,
-        f"sum of PSS of this process and its loader workers ({group.peak_processes} processes at most), peak USS "
-        f"{group.peak_uss / (1 << 20):.1f} MiB, {group.samples} samples every {group.interval_s * 1e3:.0f} ms",
+        f"over {phases.memory_steps} steps after the timed ones: sum of PSS of this process and its loader workers "
+        f"({group.peak_processes} processes at most), peak USS {group.peak_uss / (1 << 20):.1f} MiB, {group.samples} "
+        f"samples every {group.interval_s * 1e3:.0f} ms",
     )
 
 
@@ -276,8 +277,9 @@ def _report(script: Script, args: Sequence[str], options: DoctorOptions, phases:
     done = counter.steps
     o = options
     steps = StepsDone(
-        warmup=min(done, o.warmup), measured=len(timed.step_s),
-        before_scan=min(max(done - o.warmup - o.steps, 0), o.bridge), scanned=phases.scanned_steps,
+        warmup=min(done, o.warmup), measured=len(timed.step_s), memory=phases.memory_steps,
+        before_scan=min(max(done - o.warmup - o.steps - phases.memory_steps, 0), o.bridge),
+        scanned=phases.scanned_steps,
         gpu=phases.gpu_steps, counted_by=counter.by, total=done)
     return DoctorReport(
         script=str(script.path), argv=tuple(args), steps=steps, ended=ending.how, failure=ending.failure,
