@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pitfalls.probes.compiled import CompileReport, GraphBreak, compile_probe, dynamic_note
+from pitfalls.probes import compiled
+from pitfalls.probes.compiled import CompileReport, CompileWatch, GraphBreak, compile_probe, dynamic_note
+from pitfalls.result import Unavailable
 
 
 def ones(n: int) -> tuple[torch.Tensor]:
@@ -133,3 +135,35 @@ def test_first_call_times_the_compiling_call_from_a_fresh_state() -> None:
         graph_breaks=1,
         breaks=(GraphBreak(reason="Dynamic shape operator", context="aten.nonzero.default", count=1),),
     )
+
+
+def with_planted_break(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2.0
+    torch._dynamo.graph_break()  # the planted break
+    return y + 1.0
+
+
+def test_the_watch_reads_each_break_at_its_line_and_recompiles_by_function() -> None:
+    compiled.reset_dynamo()
+    fn = torch.compile(with_planted_break, backend="eager")
+    with CompileWatch() as watch:
+        fn(torch.ones(8))
+        fn(torch.ones(4))  # a second size: the function, and its frame resumed after the break, compile again
+    (site,) = watch.graph_breaks
+    lines = open(__file__).read().splitlines()
+    assert lines[site.line - 1].strip() == "torch._dynamo.graph_break()  # the planted break"
+    assert site.path == __file__ and "graph_break()" in site.reason
+    assert [r.function for r in watch.recompiles] == ["with_planted_break", "with_planted_break"]
+    assert all("size mismatch" in r.reason and r.seconds > 0 for r in watch.recompiles)
+    assert watch.graphs == 4 and watch.compile_s > 0
+    assert [b.count for b in watch.break_reasons] == [2]  # one break, met by the first compile and the recompile
+
+
+def test_the_watch_says_why_when_torch_keeps_no_record(monkeypatch) -> None:
+    monkeypatch.setattr(compiled, "_metrics", lambda: Unavailable("torch 0.0 keeps no compilation metrics"))
+    with CompileWatch() as watch:
+        pass
+    assert isinstance(watch.recompiles, Unavailable) and isinstance(watch.compile_s, Unavailable)
+    with CompileWatch(lines=False) as quiet:
+        pass
+    assert isinstance(quiet.graph_breaks, Unavailable)

@@ -249,9 +249,12 @@ def test_the_real_command_line_in_a_subprocess(user_file):
         (MASK_INDEX_PUT, True, "boolean-mask index (its backward index_put)", "torch.where(mask, x, fill)"),
         ("aten.index_put_.default (bool mask)", False, "boolean-mask assignment", "torch.where(mask, x, fill)"),
         (ITEM, False, ".item()", "keep the value on the device"),
+        ("aten.item.default", False, ".item()", "keep the value on the device"),  # under torch.inference_mode
         ("aten._to_copy.default (device to host)", False, "device-to-host copy", "copy once at the end"),
         ("aten.copy_.default (device to host)", False, "device-to-host copy", "copy once at the end"),
-        ("Tensor.to (host to device)", False, "host-to-device copy (.to(device))", "make it on the device"),
+        ("Tensor.to (host to device)", False, "host-to-device copy (.to(device))", "DataLoader(pin_memory=True)"),
+        ("Tensor.to of torch.randn's tensor (host to device)", False,
+         "host-to-device copy (.to(device)) of a tensor torch.randn made on the host", "make it on the device"),
         ("torch.tensor (host to device)", False, "host-to-device copy (torch.tensor(..., device=...))",
          "make it on the device"),
         ("aten._to_copy.default (host to device)", False, "host-to-device copy (a write of host data)", "x[i:i+1]"),

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pitfalls.docs.blocks import Block, fill
 from pitfalls.docs.corpus_table import corpus_lines
+from pitfalls.docs.doctor_rules import rules_lines
 from pitfalls.docs.layers_table import layer_lines
 from pitfalls.docs.links import broken_links
 from pitfalls.docs.loader_tables import byte_lines, ladder_of
@@ -142,6 +143,7 @@ KINDS: dict[str, Kind] = {
     "loader-bytes": lambda _docs, _page: byte_lines(),
     "calibration": lambda docs, _page: calibration_lines(docs.rows, docs.root / "proof"),
     "corpus": lambda docs, _page: corpus_lines(docs.root / "proof"),
+    "doctor-rules": lambda _docs, _page: rules_lines(),
     "restarts": lambda docs, _page: restart_lines(docs.root / "benchmarks" / "series.json"),
     "layers": lambda docs, _page: layer_lines(docs.root / "pyproject.toml"),
     "results-index": lambda docs, page: results_lines(docs.root, page),

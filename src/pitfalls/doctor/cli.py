@@ -5,15 +5,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from pitfalls.argtypes import positive
+from pitfalls.doctor import baseline
 from pitfalls.doctor.options import DEFAULT_BUDGET_S, DEFAULT_SCANNED, DEFAULT_STEPS, DEFAULT_WARMUP, DoctorOptions
-from pitfalls.doctor.render import render
+from pitfalls.doctor.render import render, render_gate, render_tried
+from pitfalls.doctor.report import DoctorReport
 from pitfalls.doctor.run import run_doctor
 from pitfalls.doctor.script import ScriptError
+from pitfalls.doctor.settings import parse_setting
+from pitfalls.doctor.tries import AUTO, DIGESTS, Tried, choose, cores, try_settings
 
 __all__ = ["cmd_doctor", "register"]
 
@@ -24,28 +29,90 @@ def _stderr(line: str) -> None:
     print(f"pitfalls doctor: {line}", file=sys.stderr)
 
 
+def _try_argument(text: str) -> str | dict[str, int | bool]:
+    """A --try value: "loader" (settings chosen from the cores and the wait) or a setting."""
+    if text.strip() == AUTO:
+        return AUTO
+    try:
+        return parse_setting(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _tried(report: DoctorReport, options: DoctorOptions, asked: list[str | dict[str, int | bool]]) -> Tried:
+    """The settings asked for with --try, run; or none and why."""
+    if report.failure is not None:
+        return Tried((), "the script failed before its steps were done")
+    settings = [setting for setting in asked if isinstance(setting, dict)]
+    if AUTO in asked:
+        mean_ms = report.step_ms[2] if report.step_ms else None
+        chosen, why = choose(report.loader, mean_ms, not report.no_gpu, cores())
+        if not chosen and not settings:
+            return Tried((), why)
+        settings += [setting for setting in chosen if setting not in settings]
+    if report.loader is None:
+        return Tried((), "the timed steps took no batch from a DataLoader")
+    return try_settings(report, options, settings)
+
+
+def _check_save_path(path: Path) -> None:
+    if not path.parent.is_dir():
+        raise baseline.BaselineError(f"--save-baseline {str(path)!r}: its folder {str(path.parent)!r} does not exist")
+
+
 def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
-    """Run `pitfalls doctor`; returns the exit status (0; 1 when the script failed; 2 bad input; 130 Ctrl-C)."""
+    """Run `pitfalls doctor`; returns the exit status (0; 1 when the script failed or the baseline gate failed; 2
+    bad input; 130 Ctrl-C)."""
     script_args = list(args.script_args)
     if script_args[:1] == ["--"]:
         script_args = script_args[1:]
-    options = DoctorOptions(warmup=args.warmup, steps=args.steps, scanned=args.scanned, budget_s=args.budget)
+    options = DoctorOptions(warmup=args.warmup, steps=args.steps, scanned=args.scanned, budget_s=args.budget,
+                            digests=DIGESTS if args.tries else 0)
     try:
+        saved = baseline.load(Path(args.baseline)) if args.baseline else None
+        if args.save_baseline:
+            _check_save_path(Path(args.save_baseline))
         report = run_doctor(args.script, script_args, options, quiet_stdout=args.json)
-    except ScriptError as error:
+    except (ScriptError, baseline.BaselineError) as error:
         _stderr(str(error))
         return 2
     except KeyboardInterrupt:
         _stderr("interrupted; every worker of the script's loaders is stopped")
         return EXIT_INTERRUPTED
     sys.stdout.flush()
+    gate = baseline.compare(saved, report, args.baseline) if saved is not None else None
+    try:
+        tried = _tried(report, options, args.tries) if args.tries else None
+    except KeyboardInterrupt:
+        _stderr("interrupted while trying the loader's settings")
+        return EXIT_INTERRUPTED
     if args.json:
-        print(json.dumps(report.as_json(), indent=2))
+        data = report.as_json()
+        if gate is not None:
+            data["baseline"] = gate.as_json()
+        if tried is not None:
+            data["try"] = [row.as_json() for row in tried.rows] if tried.rows else f"not run: {tried.note}"
+            data["try_note"] = tried.note or None
+        print(json.dumps(data, indent=2))
     else:
         render(report, console)
+        if tried is not None:
+            render_tried(tried, console)
+        if gate is not None:
+            render_gate(gate, console)
     if report.failure is not None and report.failure.traceback:
         print(report.failure.traceback, file=sys.stderr, end="")  # the script's own, from its first frame
-    return 1 if report.failure is not None else 0
+    if args.save_baseline:
+        if report.failure is not None:
+            _stderr(f"--save-baseline {args.save_baseline!r} not written: the script failed before its steps were "
+                    "done")
+        else:
+            try:
+                baseline.save(report, Path(args.save_baseline))
+            except baseline.BaselineError as error:
+                _stderr(str(error))
+                return 2
+    return 1 if report.failure is not None or (gate is not None and gate.failed) else 0
 
 
 def register(commands: Any) -> None:
@@ -55,16 +122,17 @@ def register(commands: Any) -> None:
         help="run your training script for a few steps under every instrument: what slows its step, ranked",
         description=(
             "Run SCRIPT unchanged, in this process, as `python SCRIPT ARGS` would (its __name__ is __main__), for "
-            "--warmup steps, then --steps timed steps (step time, the DataLoader's wait, memory), then --scanned "
-            "steps under the sync-hazard counter and the copy recorder (and as many under CUDA's sync debug mode "
-            "where the script uses a GPU); then stop it and report what costs its step, ranked, each with its fix."
+            "--warmup steps, then --steps timed steps (step time, the DataLoader's wait, memory), then one step "
+            "under the provenance record and --scanned steps under the sync-hazard counter, the copy recorder and "
+            "the rules of PyTorch's profiler and Nsight Systems (and as many under CUDA's sync debug mode where the "
+            "script uses a GPU); then stop it and report what costs its step, ranked, each with its fix."
         ),
         epilog=(
             "A step ends at the first torch.optim optimizer's step (a script without one: at each DataLoader batch). "
             "Give the script's own arguments after --. Exit status: 0; 1 when the script raised (or exited with an "
-            "error) before its steps were done, after the report of what was measured; 2 when SCRIPT is missing, "
-            "is not valid Python or runs under torchrun; 130 on Ctrl-C. With --json the script's own output goes "
-            "to stderr."
+            "error) before its steps were done, after the report of what was measured, or when --baseline found "
+            "something new; 2 when SCRIPT is missing, is not valid Python or runs under torchrun, or a baseline "
+            "file cannot be read or written; 130 on Ctrl-C. With --json the script's own output goes to stderr."
         ),
     )
     parser.add_argument("--steps", type=positive(int), default=DEFAULT_STEPS,
@@ -77,6 +145,18 @@ def register(commands: Any) -> None:
     parser.add_argument("--budget", type=positive(float), default=DEFAULT_BUDGET_S, metavar="SECONDS",
                         help=f"stop the script after this many seconds wherever it is (default {DEFAULT_BUDGET_S:g})")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--try", dest="tries", action="append", type=_try_argument, metavar="SETTING",
+                        help="run the script again, in fresh processes, with each DataLoader setting (repeatable): "
+                             "'loader' chooses them from the cores and the measured wait, or give one, e.g. "
+                             "'num_workers=2,pin_memory=True' (num_workers, pin_memory, persistent_workers, "
+                             "prefetch_factor); each row: step time, wait share, speedup, same batches")
+    gate = parser.add_mutually_exclusive_group()
+    gate.add_argument("--save-baseline", metavar="FILE",
+                      help="write the sync lines with their counts per step, the copies, the graph breaks and the "
+                           "rules found, for a later --baseline")
+    gate.add_argument("--baseline", metavar="FILE",
+                      help="exit 1 naming each new line, each count that grew, each new graph break or rule against "
+                           "FILE (lines matched by their code and function, not their number)")
     parser.add_argument("script", metavar="SCRIPT", help="the training script")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="-- ARGS",
                         help="the script's own arguments")

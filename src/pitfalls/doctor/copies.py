@@ -40,6 +40,8 @@ class CopySite:
         blocking: the host waited for the copy (no ``non_blocking=True``, or a call that always waits).
         count: copies over the scanned steps.
         bytes: bytes over the scanned steps.
+        made_by: the factory that filled the host side on the host ("torch.randn"), for a copy to the device
+            that could be made there instead; "" for host data of another kind (a batch).
     """
 
     line: SourceLine | None
@@ -49,15 +51,17 @@ class CopySite:
     blocking: bool
     count: int
     bytes: int
+    made_by: str = ""
 
 
 def _bytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
 
 
-def _pinned(tensor: torch.Tensor) -> bool:
-    # is_pinned asks the accelerator; a CPU build answers False.
-    return tensor.device.type == "cpu" and bool(tensor.is_pinned())
+def _pinned(tensor: torch.Tensor, provenance: Provenance) -> bool:
+    # is_pinned asks the accelerator; a CPU build answers False, so a batch its loader would pin is read from the
+    # provenance.
+    return tensor.device.type == "cpu" and (bool(tensor.is_pinned()) or provenance.pinned(tensor))
 
 
 class CopyRecorder(TorchFunctionMode):
@@ -72,8 +76,8 @@ class CopyRecorder(TorchFunctionMode):
         super().__init__()
         self._provenance = provenance
         self._real = real_devices
-        self._seen: Counter[tuple[tuple[str, int, str] | None, str, str, bool, bool]] = Counter()
-        self._bytes: Counter[tuple[tuple[str, int, str] | None, str, str, bool, bool]] = Counter()
+        self._seen: Counter[tuple[tuple[str, int, str] | None, str, str, bool, bool, str]] = Counter()
+        self._bytes: Counter[tuple[tuple[str, int, str] | None, str, str, bool, bool, str]] = Counter()
 
     def _on_host(self, tensor: torch.Tensor) -> bool:
         if tensor.device.type != "cpu":
@@ -81,7 +85,8 @@ class CopyRecorder(TorchFunctionMode):
         return self._real or self._provenance.on_host(tensor)
 
     def _record(self, call: str, direction: str, host: torch.Tensor, nbytes: int, blocking: bool) -> None:
-        key = (locate_dispatch()[0], call, direction, _pinned(host), blocking)
+        made_by = self._provenance.made_by(host) if direction == HOST_TO_DEVICE else ""
+        key = (locate_dispatch()[0], call, direction, _pinned(host, self._provenance), blocking, made_by)
         self._seen[key] += 1
         self._bytes[key] += nbytes
 
@@ -124,8 +129,7 @@ class CopyRecorder(TorchFunctionMode):
     def sites(self) -> tuple[CopySite, ...]:
         """The copies by line and kind, the most bytes first."""
         found = [
-            CopySite(source_line(key), call, direction, pinned, blocking, count, self._bytes[
-                (key, call, direction, pinned, blocking)])
-            for (key, call, direction, pinned, blocking), count in self._seen.items()
+            CopySite(source_line(where[0]), *where[1:5], count, self._bytes[where], where[5])
+            for where, count in self._seen.items()
         ]
         return tuple(sorted(found, key=lambda site: (-site.bytes, site.call)))

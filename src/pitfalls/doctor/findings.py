@@ -17,13 +17,13 @@ import statistics
 from collections import Counter
 from collections.abc import Sequence
 
-from pitfalls.doctor.compiles import GraphBreakSite, Recompile
 from pitfalls.doctor.copies import HOST_TO_DEVICE, CopySite
 from pitfalls.doctor.gpu import Bandwidth
 from pitfalls.doctor.phases import Timed
 from pitfalls.doctor.report import CopyRow, Finding, LoaderFigures
 from pitfalls.families.loader.verdict import Verdict
 from pitfalls.probes.anatomy import Anatomy
+from pitfalls.probes.compiled import GraphBreakSite, Recompile
 from pitfalls.probes.sites import HazardSite, LocatedHazards, SourceLine
 from pitfalls.units import human_bytes
 
@@ -47,6 +47,10 @@ _BREAK_FIX = "rewrite the line so dynamo can trace it, or move it out of the com
 
 def _where(line: SourceLine | None) -> tuple[str | None, int | None, str]:
     return (line.path, line.lineno, line.code) if line is not None else (None, None, "")
+
+
+def _function(line: SourceLine | None) -> str:
+    return line.function if line is not None else ""
 
 
 def loader_figures(timed: Timed, anatomy: Anatomy | None) -> LoaderFigures | None:
@@ -77,6 +81,7 @@ def loader_finding(figures: LoaderFigures, line: SourceLine | None) -> Finding:
               f"the step): {figures.verdict}",
         path=path, line=lineno, code=code, per_step=figures.batches_per_step, call_sites=(),
         ms_per_step=figures.ms_per_step, cost="measured: the wait in next() over the timed steps",
+        function=_function(line),
         fix=(_STEP_BOUND_FIX if not bound else _WORKERS_FIX.format(workers=figures.workers) if figures.workers
              else _NO_WORKERS_FIX),
     )
@@ -119,7 +124,7 @@ def sync_findings(located: LocatedHazards | None, steps: int, step_functions: fr
         found.append(Finding(
             kind="sync", title=kind.op, path=path, line=lineno, code=code,
             per_step=site.count / steps, call_sites=_call_sites(site, step_functions), ms_per_step=ms, cost=cost,
-            fix=kind.rewrite,
+            fix=kind.rewrite, function=_function(site.line),
         ))
     return found
 
@@ -130,7 +135,7 @@ def copy_rows(copies: Sequence[CopySite], steps: int) -> tuple[CopyRow, ...]:
         return ()
     return tuple(
         CopyRow(*_where(site.line)[:2], site.call, site.direction, site.pinned, site.blocking, site.count / steps,
-                site.bytes / steps)
+                site.bytes / steps, _where(site.line)[2], _function(site.line))
         for site in copies
     )
 
@@ -150,7 +155,10 @@ def copy_findings(copies: Sequence[CopySite], steps: int, bandwidth: Bandwidth |
         else:
             ms = per_step / bandwidth.rate(site.direction, site.pinned) * 1e3
             cost = f"estimated: bytes over the {memory} {site.direction} bandwidth measured on the device"
-        if site.pinned:
+        if site.made_by:
+            fix = (f"make it on the device: {site.made_by}(..., device=device) fills it there, with no copy and no "
+                   "host memory to pin")
+        elif site.pinned:
             fix = "copy fewer bytes (smaller dtypes, see memory) or overlap the copy with the step's work"
         elif site.direction == HOST_TO_DEVICE:
             fix = ("pin the host memory (DataLoader(pin_memory=True), or .pin_memory()): from pageable memory the "
@@ -159,9 +167,10 @@ def copy_findings(copies: Sequence[CopySite], steps: int, bandwidth: Bandwidth |
             fix = "copy into a pinned buffer (torch.empty(..., pin_memory=True)) so the copy overlaps the step"
         found.append(Finding(
             kind="copy", title=f"{site.direction} copy of {human_bytes(per_step)} a step ({site.call}, {memory}, "
-                               "non-blocking)",
+                               "non-blocking)" + (f" of a tensor {site.made_by} made on the host" if site.made_by
+                                                  else ""),
             path=path, line=lineno, code=code, per_step=site.count / steps, call_sites=(), ms_per_step=ms,
-            cost=cost, fix=fix,
+            cost=cost, fix=fix, function=_function(site.line),
         ))
     return found
 

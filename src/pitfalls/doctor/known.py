@@ -1,4 +1,4 @@
-"""Known answers for `pitfalls doctor`: the planted training script (`planted_train.py`) run under the doctor.
+"""Known answers for `pitfalls doctor`: the planted training script (`planted/train.py`) run under the doctor.
 
 The script plants, per step, one ``.item()``, one ``nonzero``, one sync inside a helper called from one line, a
 ``.tolist()`` every fifth step and no sync in AdamW's step; a dataset that sleeps ``ITEM_MS`` per item, loaded
@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pitfalls.doctor.known_rules import rule_checks
+from pitfalls.doctor.known_try import try_checks
 from pitfalls.doctor.options import DoctorOptions
 from pitfalls.doctor.report import DoctorReport, Finding
 from pitfalls.doctor.run import run_doctor
@@ -21,7 +23,7 @@ from pitfalls.known.table import CPU, Check, Reading
 
 __all__ = ["BATCH", "ITEM_MS", "PLANTED_SCRIPT", "doctor_checks", "planted_args", "planted_line", "run_planted"]
 
-PLANTED_SCRIPT = Path(__file__).resolve().with_name("planted_train.py")
+PLANTED_SCRIPT = Path(__file__).resolve().parent / "planted" / "train.py"
 BATCH = 8
 ITEM_MS = 10.0
 # The doctor's figures these rows calibrate (figures of a command, named here, not asv methods).
@@ -119,7 +121,8 @@ def _steps(device: str) -> Reading:
 
 
 def doctor_checks() -> tuple[Check, ...]:
-    """The doctor's rows of the calibration table (CPU; not published)."""
+    """The doctor's rows of the calibration table (the planted training script's, then the rules'; not
+    published)."""
     def row(name: str, instruments: tuple[str, ...], unit: str, tolerance: float,
             measure: Callable[[str], Reading], absolute: bool, why: str) -> Check:
         return Check(name, instruments, unit, tolerance, measure, device=CPU, absolute=absolute, published=False,
@@ -140,5 +143,7 @@ def doctor_checks() -> tuple[Check, ...]:
             "the compiled function is called with half the batch too: it, and its frame resumed after the "
             "break, compile again"),
         row("doctor: an endless loop stops after its steps", (STEPS,), "steps", 0.0, _steps, True,
-            "while True over 10**6 items: warm-up, timed and scanned steps, then stopped"),
+            "while True over 10**6 items: warm-up, timed, one before the scan and scanned steps, then stopped"),
+        *rule_checks(),
+        *try_checks(),
     )

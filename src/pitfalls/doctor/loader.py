@@ -50,7 +50,8 @@ class LoaderWatch:
 
     Args:
         asked: called when a batch is asked for, before it is fetched; it may raise to stop the run.
-        arrived: called with the seconds waited in ``next()``, the loader's workers and the batch.
+        arrived: called with the seconds waited in ``next()``, the loader's workers, the batch, and whether its
+            loader asked for pinned memory (``pin_memory=True``, which pins nothing without an accelerator).
         quiet: says whether an instrument is on, so that the loader's own work must run without it.
         clock: seconds as a float.
     """
@@ -58,7 +59,7 @@ class LoaderWatch:
     def __init__(
         self,
         asked: Callable[[], None],
-        arrived: Callable[[float, int, Any], None],
+        arrived: Callable[[float, int, Any, bool], None],
         quiet: Callable[[], bool],
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
@@ -67,6 +68,7 @@ class LoaderWatch:
         self._quiet = quiet
         self._clock = clock
         self._iterators: weakref.WeakSet[_MultiProcessingDataLoaderIter] = weakref.WeakSet()
+        self._pinning: weakref.WeakSet[_BaseDataLoaderIter] = weakref.WeakSet()
         self._saved: tuple[Any, Any] | None = None
         self.start: LoaderStart | None = None
         self._first_start: tuple[int, float, float] | None = None
@@ -81,6 +83,8 @@ class LoaderWatch:
             began = watch._clock()
             with no_modes():
                 iterator = original_iter(loader)
+            if loader.pin_memory and isinstance(iterator, _BaseDataLoaderIter):
+                watch._pinning.add(iterator)
             watch._iterator_started(iterator, began)
             return iterator
 
@@ -117,7 +121,7 @@ class LoaderWatch:
         if first is not None and first[0] == id(iterator) and self.start is not None \
                 and self.start.first_batch_s is None:
             self.start = LoaderStart(self.start.workers, self.start.start_s, self._clock() - first[1])
-        self._arrived(waited, _workers(iterator), batch)
+        self._arrived(waited, _workers(iterator), batch, iterator in self._pinning)
 
     def shut_down(self) -> int:
         """Shut down the workers of every iterator the script left behind; returns how many iterators had any."""

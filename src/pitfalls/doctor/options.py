@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_BUDGET_S", "DEFAULT_SCANNED", "DEFAULT_STEPS", "DEFAULT_WARMUP", "DoctorOptions"]
+__all__ = ["BRIDGE_STEPS", "DEFAULT_BUDGET_S", "DEFAULT_MEMORY", "DEFAULT_SCANNED", "DEFAULT_STEPS", "DEFAULT_WARMUP",
+           "DoctorOptions"]
 
 DEFAULT_WARMUP = 3
 DEFAULT_STEPS = 10
 # Five: a line run every fifth step reads 0.2 per step, whichever step the scan starts on.
 DEFAULT_SCANNED = 5
+# Steps whose process-group memory is sampled, apart from the timed ones (where the sampler would share their cores).
+DEFAULT_MEMORY = 5
 DEFAULT_BUDGET_S = 300.0
+# The step before the scan runs under the provenance record: what the first scanned step reads and its previous
+# step made (a batch fetched ahead, before the step's end) is then known for what it is.
+BRIDGE_STEPS = 1
 
 
 def _check_count(name: str, value: object, least: int) -> None:
@@ -29,22 +35,37 @@ class DoctorOptions:
         scanned: steps under the hazard counter and the copy recorder (>= 1); on a GPU as many again under the
             sync debug mode.
         budget_s: wall seconds after which the script is stopped wherever it is (> 0).
+        memory: steps after the timed ones whose process-group memory is sampled (>= 1; none where the script uses
+            CUDA: the allocator's peaks come with the timed steps).
+        trial: a trial of `--try`: the timed steps' times and waits alone (no memory sampled), and the run stopped
+            after them.
+        digests: the first batches whose digests are kept (`digest.batch_digest`), to compare runs' batches.
     """
 
     warmup: int = DEFAULT_WARMUP
     steps: int = DEFAULT_STEPS
     scanned: int = DEFAULT_SCANNED
     budget_s: float = DEFAULT_BUDGET_S
+    memory: int = DEFAULT_MEMORY
+    trial: bool = False
+    digests: int = 0
 
     def __post_init__(self) -> None:
         _check_count("warmup", self.warmup, 1)
         _check_count("steps", self.steps, 1)
         _check_count("scanned", self.scanned, 1)
+        _check_count("memory", self.memory, 1)
+        _check_count("digests", self.digests, 0)
         budget = self.budget_s
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
             raise ValueError(f"budget_s={budget!r} is not allowed; it must be a number of seconds > 0")
 
     @property
+    def bridge(self) -> int:
+        """Steps between the timed and the scanned ones, under the provenance record: one."""
+        return BRIDGE_STEPS
+
+    @property
     def cpu_steps(self) -> int:
-        """The steps a run takes without a GPU: warm-up, timed and scanned."""
-        return self.warmup + self.steps + self.scanned
+        """The steps a run takes without a GPU: warm-up, timed, memory, the one before the scan, and scanned."""
+        return self.warmup + self.steps + self.memory + self.bridge + self.scanned

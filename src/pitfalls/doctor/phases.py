@@ -3,15 +3,23 @@
 1. **warm-up** (W steps): nothing is measured. The first step runs eagerly while the tensors it makes on the host
    are recorded (`keep_provenance`: an optimizer's host-side step count is made there); torch.compile compiles
    from the second step on.
-2. **timed** (N steps): each step's wall time, the wait in the DataLoader's ``next()`` within it, and memory: the
-   CUDA allocator's peak per step where the script initialized CUDA (each step synchronized at its end, as the
-   loader family times its steps), else the process group's (this process and its loader workers, sampled by
-   `pitfalls.probes.group_memory` every 50 ms).
-3. **scanned** (S steps): the hazard counter by line (`HazardLocator`, fed the provenance of step 1) and the copy
-   recorder; compiled code runs eagerly.
-4. **GPU** (S steps, only where the script initialized CUDA): real syncs by line and their stalls (`gpu.RealSyncs`).
+2. **timed** (N steps): each step's wall time, the wait in the DataLoader's ``next()`` within it, and, where the
+   script initialized CUDA, the allocator's peak per step (each step synchronized at its end, as the loader family
+   times its steps). Nothing else runs beside them.
+3. **memory** (M steps, only where the script did not initialize CUDA): the process group's memory (this process
+   and its loader workers), sampled by `pitfalls.probes.group_memory` every 50 ms. Apart from the timed steps:
+   reading every process's memory map takes a core for about 10 ms a sample, and on two shared cores a step whose
+   ops run on two threads waits for it (a convolutional step read 20-45 % slower with the sampler beside it).
+4. **before the scan** (1 step): the provenance record again, so that what the first scanned step reads and an
+   earlier step made (a batch fetched ahead, before the step's end) is known for what it is.
+5. **scanned** (S steps): the hazard counter by line (`HazardLocator`, fed the provenance kept so far), the copy
+   recorder and the rules (`rules.RuleWatch`); compiled code runs eagerly.
+6. **GPU** (S steps, only where the script initialized CUDA): real syncs by line and their stalls (`gpu.RealSyncs`).
 
-The loader's own work (and its workers' start) runs with no instrument on; its batches are host-made tensors.
+Whatever the phase, the loader's own work (and its workers' start) runs with no instrument on, and its batches are
+recorded as host-made tensors; and an optimizer's step that makes new state (its first, or one that meets a
+parameter with no state yet: a second optimizer, a GAN's, steps first after step 1) runs under the provenance
+record, so that a host-side step count made there is known as host data.
 """
 
 from __future__ import annotations
@@ -27,24 +35,28 @@ import torch
 from torch.utils._pytree import tree_map
 
 from pitfalls.doctor.copies import CopyRecorder, CopySite
+from pitfalls.doctor.definitions import Definitions
+from pitfalls.doctor.digest import batch_digest
 from pitfalls.doctor.gpu import RealSyncs
 from pitfalls.doctor.options import DoctorOptions
+from pitfalls.doctor.rules import RuleWatch
 from pitfalls.doctor.steps import StopRun
 from pitfalls.probes.group_memory import GroupMemory, GroupMemorySampler
 from pitfalls.probes.hostcopy import Provenance, keep_provenance
 from pitfalls.probes.sites import HazardLocator, LocatedHazards
 from pitfalls.result import Unavailable
 
-__all__ = ["ANATOMY_BATCHES", "DONE", "GPU", "MEMORY_INTERVAL_S", "SCANNED", "SETUP", "TIMED", "WARMUP", "Phases",
-           "Timed"]
+__all__ = ["ANATOMY_BATCHES", "BRIDGE", "DONE", "GPU", "MEMORY", "MEMORY_INTERVAL_S", "SCANNED", "SETUP", "TIMED",
+           "WARMUP", "Phases", "Timed"]
 
-SETUP, WARMUP, TIMED, SCANNED, GPU, DONE = "setup", "warm-up", "timed", "scanned", "gpu", "done"
+SETUP, WARMUP, TIMED, MEMORY, BRIDGE = "setup", "warm-up", "timed", "memory", "before the scan"
+SCANNED, GPU, DONE = "scanned", "gpu", "done"
 # Reading every process's memory map costs the step time it shares the cores with: 50 ms, as scan-loader samples.
 MEMORY_INTERVAL_S = 0.05
 # Batches kept (copied) from the scanned steps for the batch's anatomy.
 ANATOMY_BATCHES = 3
 # The phases' instruments that watch torch calls, by the names `Phases._enter` gives them.
-_MODES = ("keep", "locator", "real")
+_MODES = ("keep", "locator", "rules", "real")
 
 
 @dataclass
@@ -58,7 +70,6 @@ class Timed:
         workers: the most workers of a loader that delivered a batch.
         began: wall time (`time.time()`) the phase began; None if it never did.
         ended: wall time it ended.
-        group_memory: the process group's memory over the phase (a CPU run).
         cuda_peaks: the CUDA allocator's peak of each step, bytes (a run on CUDA).
     """
 
@@ -68,7 +79,6 @@ class Timed:
     workers: int = 0
     began: float | None = None
     ended: float | None = None
-    group_memory: GroupMemory | Unavailable | None = None
     cuda_peaks: list[int] = field(default_factory=list)
 
 
@@ -81,39 +91,65 @@ def _copy(batch: Any) -> Any:
     return tree_map(lambda leaf: leaf.detach().clone() if isinstance(leaf, torch.Tensor) else leaf, batch)
 
 
+def _makes_state(optimizer: torch.optim.Optimizer, stepped_before: bool, had_state: bool) -> bool:
+    """Whether an optimizer's coming step may make new state: its first step, or, for an optimizer that keeps
+    state, a parameter with a gradient and no state yet."""
+    if not stepped_before:
+        return True
+    if not had_state:
+        return False  # plain SGD: its first step made none, and no later one will
+    state = optimizer.state
+    return any(p.grad is not None and p not in state for group in optimizer.param_groups for p in group["params"])
+
+
 class Phases:
     """Move a run through its phases at each step's end, entering and leaving each phase's instruments.
 
     Args:
         options: the steps of each phase.
+        definitions: where the script made its optimizers and convolutions (the rules name those lines).
         clock: seconds as a float, for step times.
         wall: wall time, as compilation metrics stamp it.
     """
 
-    def __init__(self, options: DoctorOptions, clock: Callable[[], float] = time.perf_counter,
+    def __init__(self, options: DoctorOptions, definitions: Definitions, clock: Callable[[], float] = time.perf_counter,
                  wall: Callable[[], float] = time.time) -> None:
         self.options = options
+        self.definitions = definitions
         self._clock = clock
         self._wall = wall
         self.phase = SETUP
         self.provenance = Provenance()
         self.timed = Timed()
+        self.group_memory: GroupMemory | Unavailable | None = None
+        self.memory_steps = 0
         self.located: LocatedHazards | None = None
         self.scanned_steps = 0
         self.copies: tuple[CopySite, ...] = ()
+        self.rules: RuleWatch | None = None
         self.real: RealSyncs | None = None
         self.gpu_steps = 0
         self.on_cuda = False
         self.anatomy_batches: list[Any] = []
+        self.digests: list[str] = []
         self.first_step_s: float | None = None
         self.began = clock()
         self._stack: contextlib.ExitStack | None = None
         self._instruments: dict[str, Any] = {}
+        self._state_record: contextlib.ExitStack | None = None
+        self._optimizers: dict[int, bool] = {}  # id of an optimizer that stepped -> whether it keeps state
         self._last = 0.0
         self._wait = 0.0
         self._batches = 0
         o = options
-        self._timed_from, self._scan_from = o.warmup, o.warmup + o.steps
+        self._timed_from, self._memory_from = o.warmup, o.warmup + o.steps
+        self._from_bridge(self._memory_from + o.memory)
+
+    def _from_bridge(self, bridge: int) -> None:
+        """Where the phases after the timed ones start: the memory phase's length is known at the timed end."""
+        o = self.options
+        self._bridge_from = bridge
+        self._scan_from = self._bridge_from + o.bridge
         self._scan_to = self._scan_from + o.scanned
         self._gpu_to = self._scan_to + o.scanned
 
@@ -123,16 +159,40 @@ class Phases:
         """Whether an instrument that watches torch calls (a torch function or dispatch mode) is on now."""
         return any(name in self._instruments for name in _MODES)
 
-    def batch_arrived(self, seconds: float, workers: int, batch: Any) -> None:
-        """A batch came out of a DataLoader after ``seconds`` in ``next()``."""
+    def batch_arrived(self, seconds: float, workers: int, batch: Any, pinned: bool = False) -> None:
+        """A batch came out of a DataLoader after ``seconds`` in ``next()``; ``pinned``: its loader asked for pinned
+        memory."""
         if self.phase == TIMED:
             self._wait += seconds
             self._batches += 1
             self.timed.workers = max(self.timed.workers, workers)
-        if self.instruments_on():
-            self.provenance.add(batch)  # made by the loader on the host, as on a GPU
+        self.provenance.add(batch)  # made by the loader on the host, as on a GPU, whatever the phase
+        if pinned:
+            self.provenance.pin(batch)
+        if len(self.digests) < self.options.digests:
+            self.digests.append(batch_digest(batch))
         if self.phase == SCANNED and len(self.anatomy_batches) < ANATOMY_BATCHES:
             self.anatomy_batches.append(_copy(batch))
+
+    def optimizer_stepping(self, optimizer: torch.optim.Optimizer) -> None:
+        """An optimizer's step begins: record what it makes on the host where it may make new state."""
+        key = id(optimizer)
+        if self.instruments_on() or self._state_record is not None or not _makes_state(
+                optimizer, key in self._optimizers, self._optimizers.get(key, False)):
+            return
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(keep_provenance(self.provenance))
+            self._state_record = stack.pop_all()
+
+    def optimizer_stepped(self, optimizer: torch.optim.Optimizer) -> None:
+        """An optimizer's step ended: leave the record its start entered."""
+        self._leave_state_record()
+        self._optimizers[id(optimizer)] = self._optimizers.get(id(optimizer), False) or bool(optimizer.state)
+
+    def _leave_state_record(self) -> None:
+        record, self._state_record = self._state_record, None
+        if record is not None:
+            record.close()
 
     # -- the phases -----------------------------------------------------------------------------------------------
 
@@ -159,8 +219,6 @@ class Phases:
         self.timed.began = self._wall()
         if self.on_cuda:
             torch.cuda.reset_peak_memory_stats()
-        else:
-            self._enter(memory=GroupMemorySampler(os.getpid(), interval_s=MEMORY_INTERVAL_S))
         self._wait, self._batches = 0.0, 0
 
     def _timed_step(self) -> None:
@@ -174,21 +232,30 @@ class Phases:
 
     def _stop_timed(self) -> None:
         self.timed.ended = self._wall()
+
+    def _start_memory(self) -> None:
+        self.phase = MEMORY
+        self._enter(memory=GroupMemorySampler(os.getpid(), interval_s=MEMORY_INTERVAL_S))
+
+    def _stop_memory(self, steps: int) -> None:
         sampler = self._leave().get("memory")
         if isinstance(sampler, GroupMemorySampler):
-            self.timed.group_memory = sampler.result
+            self.group_memory = sampler.result
+            self.memory_steps = steps
 
     def _start_scan(self) -> None:
         self.phase = SCANNED
         self.on_cuda = _cuda()
         self._enter(locator=HazardLocator(provenance=self.provenance),
-                    copies=CopyRecorder(self.provenance, real_devices=self.on_cuda))
+                    copies=CopyRecorder(self.provenance, real_devices=self.on_cuda),
+                    rules=RuleWatch(self.definitions, self.provenance))
 
     def _stop_scan(self, steps: int) -> None:
         instruments = self._leave()
         self.scanned_steps = steps
         self.located = instruments["locator"].result
         self.copies = instruments["copies"].sites
+        self.rules = instruments["rules"]
 
     def _start_gpu(self) -> None:
         self.phase = GPU
@@ -210,8 +277,22 @@ class Phases:
             self._timed_step()
         if steps == self._timed_from:
             self._start_timed()
-        if steps == self._scan_from:
+        if steps == self._memory_from:
             self._stop_timed()
+            if self.options.trial:
+                self.phase = DONE
+                raise StopRun(f"its {steps} steps are done")
+            if self.on_cuda:  # the allocator's peaks came with the timed steps
+                self._from_bridge(steps)
+            else:
+                self._start_memory()
+        if steps == self._bridge_from:
+            if self.phase == MEMORY:
+                self._stop_memory(self.options.memory)
+            self.phase = BRIDGE
+            self._enter(keep=keep_provenance(self.provenance))
+        if steps == self._scan_from:
+            self._leave()
             self._start_scan()
         if steps == self._scan_to:
             self._stop_scan(self.options.scanned)
@@ -227,8 +308,11 @@ class Phases:
 
     def finish(self, steps: int) -> None:
         """Leave whatever phase a stopped or failed run was in, keeping what it measured over its whole steps."""
+        self._leave_state_record()  # an optimizer's step that raised
         if self.phase == TIMED:
             self._stop_timed()
+        elif self.phase == MEMORY:
+            self._stop_memory(max(steps - self._memory_from, 0))
         elif self.phase == SCANNED:
             self._stop_scan(max(steps - self._scan_from, 0))
         elif self.phase == GPU:

@@ -1,8 +1,10 @@
-"""The doctor's GPU check, one piece of a budgeted GPU run: the planted training script under the doctor on a device.
+"""The doctor's GPU checks, pieces of a budgeted GPU run: the planted scripts under the doctor on a device.
 
-On CUDA it reads what only a GPU can: each planted line's real syncs (CUDA's sync debug mode) against its hazard
-count, what each sync stalled the step, and the copy bandwidth. On any other device the same run reads the CPU's
-figures, and every GPU cell says "not measured: no GPU".
+`gpu_check` runs the planted training script: on CUDA it reads what only a GPU can, each planted line's real syncs
+(CUDA's sync debug mode) against its hazard count, what each sync stalled the step, and the copy bandwidth.
+`rules_check` runs the planted rules script: on CUDA its autocast casts for the device and TF32 applies, so the
+rules that need a GPU (a float32 matmul without TF32, a half-precision size not a multiple of 8) read there. On any
+other device the same runs read the CPU's figures, and every GPU cell says "not measured: no GPU".
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from rich.console import Console
 from pitfalls.doctor.render import render
 from pitfalls.doctor.report import DoctorReport
 
-__all__ = ["gpu_check"]
+__all__ = ["gpu_check", "rules_check"]
 
 
 def _real(report: DoctorReport, path: str, line: int) -> tuple[Any, Any]:
@@ -26,6 +28,36 @@ def _real(report: DoctorReport, path: str, line: int) -> tuple[Any, Any]:
         if (row.path, row.line) == (path, line):
             return row.real_per_step, round(row.stall_ms_per_step, 4)
     return 0.0, 0.0
+
+
+def _write(report: DoctorReport, out: Path, name: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(report.as_json(), indent=2) + "\n")
+    with (out / f"{name}.txt").open("w") as text:
+        render(report, Console(file=text, width=160, color_system=None))
+
+
+def rules_check(out_dir: Path, device: str) -> dict[str, Any]:
+    """Run the planted rules script under the doctor on ``device``; write its report; return its rows.
+
+    Args:
+        out_dir: where ``doctor-rules.json`` and ``doctor-rules.txt`` are written; made if missing.
+        device: "cuda" or "cpu".
+
+    Returns:
+        ``{"device": ..., "rows": [...], "right_lines": ...}``: one row per planted rule (its line, 1 planted, the
+        findings read there) and the findings on the right-thing lines (0 planted).
+    """
+    from pitfalls.doctor import known_rules as planted
+
+    report = planted.run_rules(device)
+    _write(report, Path(out_dir), "doctor-rules")
+    rows = [{"rule": one.name, "line": planted.lines_marked(one.text)[0], "planted": 1,
+             "found": len(planted.at_planted(report, one))} for one in planted.PLANTED]
+    right = planted.on_right_lines(report)
+    return {"device": device, "rows": rows, "right_lines": {"planted": 0, "found": len(right),
+                                                             "what": [f"line {f.line}: {f.title}" for f in right]},
+            "ended": report.ended, "error": None if report.failure is None else report.failure.last_line}
 
 
 def gpu_check(out_dir: Path, device: str) -> dict[str, Any]:
@@ -42,12 +74,8 @@ def gpu_check(out_dir: Path, device: str) -> dict[str, Any]:
     """
     from pitfalls.doctor import known as planted
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     report = planted.run_planted(device)
-    (out / "doctor.json").write_text(json.dumps(report.as_json(), indent=2) + "\n")
-    with (out / "doctor.txt").open("w") as text:
-        render(report, Console(file=text, width=160, color_system=None))
+    _write(report, Path(out_dir), "doctor")
     rows = []
     for name, line in (("item", planted.ITEM), ("nonzero", planted.NONZERO), ("helper", planted.HELPER),
                        ("tolist", planted.TOLIST), ("optimizer step", planted.OPTIMIZER)):

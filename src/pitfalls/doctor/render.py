@@ -8,10 +8,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from pitfalls.doctor.baseline import Comparison
 from pitfalls.doctor.report import DoctorReport, Finding
+from pitfalls.doctor.tries import Tried
 from pitfalls.units import human_bytes
 
-__all__ = ["render"]
+__all__ = ["render", "render_gate", "render_tried"]
 
 
 def _shown(path: str, bases: tuple[Path, ...]) -> str:
@@ -42,7 +44,9 @@ def _steps(report: DoctorReport) -> str:
     by = {"optimizer": "the first optimizer's steps", "loader": "DataLoader batches (no torch.optim optimizer "
           "stepped)"}.get(s.counted_by or "", "nothing: no step began")
     gpu = f", {s.gpu} under the sync debug mode" if s.gpu else ""
-    return (f"{s.total} steps ({s.warmup} warm-up, {s.measured} timed, {s.scanned} scanned{gpu}), counted by {by}; "
+    memory = f", {s.memory} for memory" if s.memory else ""
+    return (f"{s.total} steps ({s.warmup} warm-up, {s.measured} timed{memory}, {s.before_scan} before the scan, "
+            f"{s.scanned} scanned{gpu}), counted by {by}; "
             f"{report.ended}")
 
 
@@ -85,7 +89,7 @@ def _details(report: DoctorReport, console: Console, bases: tuple[Path, ...]) ->
     m = report.memory
     if m is not None:
         peak = "n/a" if m.peak_bytes is None else human_bytes(m.peak_bytes)
-        console.print(Text(f"memory over the timed steps ({m.source}): peak {peak}; {m.detail}"))
+        console.print(Text(f"memory ({m.source}): peak {peak}; {m.detail}"))
     for row in report.copies:
         kind = f"{'pinned' if row.pinned else 'pageable'}, {'blocking' if row.blocking else 'non-blocking'}"
         console.print(Text(f"copy at {_where(row.path, row.line, bases)}: {row.call} {row.direction}, {kind}, "
@@ -126,3 +130,45 @@ def render(report: DoctorReport, console: Console) -> None:
         console.print(Text(f"step time over {report.steps.measured} timed steps: {median:.3g} ms median, {p90:.3g} "
                            f"ms p90, {mean:.3g} ms mean{explained}"))
     console.print(Text(f"doctor's run: {report.wall_s:.1f} s"))
+
+
+def render_gate(gate: Comparison, console: Console) -> None:
+    """Print a run against its baseline: what is new or grew (the gate fails), then what was removed or fell."""
+    verdict = "fails" if gate.failed else "passes"
+    console.print(Text(f"baseline {gate.file}: the gate {verdict}", style="red" if gate.failed else "green"))
+    for heading, changes in (("new", gate.added), ("grew", gate.grew), ("removed", gate.removed),
+                             ("fewer", gate.shrank)):
+        for change in changes:
+            console.print(Text(f"  {heading}: {change.sentence()}"))
+    if not (gate.added or gate.grew or gate.removed or gate.shrank):
+        console.print(Text("  nothing added, nothing removed"))
+
+
+def _cell(value: float | None, form: str) -> str:
+    return "-" if value is None else format(value, form)
+
+
+def render_tried(tried: Tried, console: Console) -> None:
+    """Print the settings tried: one row each, the fix ranked; or why none was tried."""
+    if not tried.rows:
+        console.print(Text(f"--try: not run: {tried.note}"))
+        return
+    warmup, steps = tried.steps
+    table = Table(title=Text(f"the DataLoader's settings, each run in a fresh process ({warmup} warm-up and {steps} "
+                             "timed steps each)"))
+    for column in ("setting", "workers", "step ms (median)", "step ms (mean)", "wait share", "speedup",
+                   "same batches", ""):
+        table.add_column(column)
+    for row in tried.rows:
+        same = {True: "yes", False: "no: changes the batches", None: "not judged"}[row.same_batches]
+        table.add_row(row.setting, "-" if row.workers is None else str(row.workers), _cell(row.step_ms, ".3g"),
+                      _cell(row.mean_ms, ".3g"), _cell(row.wait_share, ".0%"),
+                      "-" if row.speedup is None else f"{row.speedup:.2f}x", same,
+                      "the fix, measured" if row.fix else row.note)
+    console.print(table)
+    if tried.note:
+        console.print(Text(f"--try: {tried.note}"))
+    best = tried.best
+    if best is not None and best.speedup is not None:
+        console.print(Text(f"the fix, measured: {best.setting}: {best.speedup:.2f}x the script's own steps per "
+                           "second, the same batches"))

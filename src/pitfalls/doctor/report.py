@@ -14,7 +14,7 @@ NO_GPU = "no GPU"
 NOT_MEASURED_NO_GPU = f"not measured: {NO_GPU}"
 # Where a GPU is present but the script never initialized CUDA, its figures are not measured for that reason.
 CPU_SCRIPT = "the script used no GPU"
-KINDS = ("loader", "sync", "copy", "compile", "memory")
+KINDS = ("loader", "sync", "copy", "compile", "memory", "rule")
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,8 @@ class Finding:
         fix: the change that removes it.
         rank: its place in the report (1: the costliest).
         share_of_step: ``ms_per_step`` over the mean step time (the loader's is its wait share).
+        rule: for a finding of kind "rule", the rule's name (`pitfalls.doctor.rules.RULES`); else "".
+        function: the function the line is in ("" when not known).
     """
 
     kind: str
@@ -49,6 +51,8 @@ class Finding:
     fix: str
     rank: int = 0
     share_of_step: float | None = None
+    rule: str = ""
+    function: str = ""
 
     def as_json(self) -> dict[str, Any]:
         """The finding as the JSON report's ``findings`` entry."""
@@ -57,6 +61,7 @@ class Finding:
             "code": self.code, "per_step": self.per_step,
             "call_sites": [{"path": path, "line": line} for path, line in self.call_sites],
             "ms_per_step": self.ms_per_step, "share_of_step": self.share_of_step, "cost": self.cost, "fix": self.fix,
+            "rule": self.rule or None, "function": self.function or None,
         }
 
 
@@ -67,6 +72,9 @@ class StepsDone:
     Attributes:
         warmup: warm-up steps done.
         measured: timed steps done.
+        memory: steps after them whose process-group memory was sampled (0 on CUDA, or when the run stopped before).
+        before_scan: steps between the timed and the scanned ones, under the provenance record (1, or 0 when the
+            run stopped before).
         scanned: steps under the hazard counter.
         gpu: steps under the sync debug mode (0 without a GPU).
         counted_by: "optimizer" (the first optimizer's steps), "loader" (batches: no optimizer), or None (no step).
@@ -75,6 +83,8 @@ class StepsDone:
 
     warmup: int
     measured: int
+    memory: int
+    before_scan: int
     scanned: int
     gpu: int
     counted_by: str | None
@@ -138,7 +148,7 @@ class CompileFigures:
 
 @dataclass(frozen=True)
 class MemoryFigures:
-    """Peak memory over the timed steps.
+    """Peak memory: the CUDA allocator's over the timed steps, or the process group's over the memory steps.
 
     Attributes:
         source: "CUDA allocator" or "process group" (this process and its loader workers).
@@ -165,6 +175,8 @@ class CopyRow:
     blocking: bool
     per_step: float
     bytes_per_step: float
+    code: str = ""
+    function: str = ""
 
 
 @dataclass(frozen=True)
@@ -211,6 +223,7 @@ class DoctorReport:
         not_measured: each figure that was not measured, and why ("real syncs by line ...: no GPU").
         wall_s: the run's wall seconds.
         no_gpu: why the GPU's figures were not measured (`NO_GPU`, `CPU_SCRIPT`), or "" when they were.
+        digests: the digests of the first batches, when they were asked for (`DoctorOptions.digests`).
     """
 
     script: str
@@ -232,6 +245,7 @@ class DoctorReport:
     not_measured: tuple[str, ...]
     wall_s: float
     no_gpu: str = NO_GPU
+    digests: tuple[str, ...] = ()
 
     def finding_at(self, kind: str, path: str, line: int) -> tuple[Finding, ...]:
         """The findings of one kind at one line."""
@@ -243,8 +257,9 @@ class DoctorReport:
         return {
             "script": self.script,
             "argv": list(self.argv),
-            "steps": {"warmup": self.steps.warmup, "measured": self.steps.measured, "scanned": self.steps.scanned,
-                      "gpu": self.steps.gpu, "counted_by": self.steps.counted_by, "total": self.steps.total},
+            "steps": {"warmup": self.steps.warmup, "measured": self.steps.measured, "memory": self.steps.memory,
+                      "before_scan": self.steps.before_scan, "scanned": self.steps.scanned, "gpu": self.steps.gpu,
+                      "counted_by": self.steps.counted_by, "total": self.steps.total},
             "ended": self.ended,
             "error": None if self.failure is None else {"last_line": self.failure.last_line,
                                                         "step": self.failure.step},

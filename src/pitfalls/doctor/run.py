@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from pitfalls.doctor import findings as build
-from pitfalls.doctor.compiles import CompileWatch
+from pitfalls.doctor.definitions import Definitions
 from pitfalls.doctor.gpu import Bandwidth, copy_bandwidth
 from pitfalls.doctor.loader import LoaderWatch
 from pitfalls.doctor.options import DoctorOptions
@@ -40,11 +40,14 @@ from pitfalls.doctor.report import (
 from pitfalls.doctor.script import Script, as_main, check_single_process, load_script
 from pitfalls.doctor.steps import Budget, StepCounter, StopRun
 from pitfalls.probes.anatomy import Anatomy, anatomy
-from pitfalls.probes.compiled import reset_dynamo
+from pitfalls.probes.compiled import CompileWatch, reset_dynamo
 from pitfalls.result import Unavailable
 from pitfalls.targets import scanned_traceback
 
 __all__ = ["run_doctor"]
+
+# A rule's cost on a GPU: what its fix saves needs the step run with the fix.
+NO_FIX_COST = "what the fix saves needs the step run with it"
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ def _execute(script: Script, namespace: dict[str, object], counter: StepCounter)
         return _Ending(f"the script exited with status {code} after {steps()}",
                        Failure(f"SystemExit: {code}", in_step()))
     except Exception as error:  # the script's own error: reported with what was measured before it
-        last = traceback.format_exception_only(type(error), error)[-1].strip()
+        last = traceback.format_exception_only(type(error), error)[-1].strip().splitlines()[0]
         return _Ending(f"the script raised after {steps()}", Failure(last, in_step(), scanned_traceback(error)))
     return _Ending(f"the script ended after {steps()}")
 
@@ -83,7 +86,7 @@ def _run(script: Script, args: Sequence[str], phases: Phases, budget: Budget, co
     ending: _Ending | None = None
     out = sys.stdout
     try:
-        with compiles, counter, watch, as_main(script, args) as namespace:
+        with compiles, phases.definitions, counter, watch, as_main(script, args) as namespace:
             if quiet_stdout:
                 sys.stdout = sys.stderr  # --json owns stdout; the script's own output goes to stderr
             try:
@@ -104,15 +107,16 @@ def _memory(phases: Phases) -> MemoryFigures | None:
     if timed.cuda_peaks:
         return MemoryFigures("CUDA allocator", max(timed.cuda_peaks), int(statistics.median(timed.cuda_peaks)),
                              f"max allocated of each of {len(timed.cuda_peaks)} timed steps")
-    group = timed.group_memory
+    group = phases.group_memory
     if group is None:
         return None
     if isinstance(group, Unavailable):
         return MemoryFigures("process group", None, None, f"unavailable: {group.reason}")
     return MemoryFigures(
         "process group", group.peak_pss, None,
-        f"sum of PSS of this process and its loader workers ({group.peak_processes} processes at most), peak USS "
-        f"{group.peak_uss / (1 << 20):.1f} MiB, {group.samples} samples every {group.interval_s * 1e3:.0f} ms",
+        f"over {phases.memory_steps} steps after the timed ones: sum of PSS of this process and its loader workers "
+        f"({group.peak_processes} processes at most), peak USS {group.peak_uss / (1 << 20):.1f} MiB, {group.samples} "
+        f"samples every {group.interval_s * 1e3:.0f} ms",
     )
 
 
@@ -205,12 +209,14 @@ def run_doctor(
     loaded = load_script(script)
     reset_dynamo()  # the script compiles as in a fresh process, whatever this one compiled before
     began = time.perf_counter()
-    phases = Phases(options)
+    definitions = Definitions()
+    phases = Phases(options, definitions)
     budget = Budget(options.budget_s)
-    counter = StepCounter(phases.first_step_started, phases.step_ended, budget)
-    def arrived(seconds: float, workers: int, batch: object) -> None:
+    counter = StepCounter(phases.first_step_started, phases.step_ended, budget, lambda: definitions.optimizers_made,
+                          phases.optimizer_stepping, phases.optimizer_stepped)
+    def arrived(seconds: float, workers: int, batch: object, pinned: bool) -> None:
         counter.batch_delivered()
-        phases.batch_arrived(seconds, workers, batch)
+        phases.batch_arrived(seconds, workers, batch, pinned)
 
     watch = LoaderWatch(counter.batch_asked, arrived, phases.instruments_on)
     compiles = CompileWatch()
@@ -254,6 +260,7 @@ def _report(script: Script, args: Sequence[str], options: DoctorOptions, phases:
         *build.copy_findings(phases.copies, phases.scanned_steps, bandwidth, no_gpu),
         *build.compile_findings(breaks, recompiles, timed, codes),
         *build.memory_findings(shape, loader.batches_per_step if loader else 1.0, watch.line, bandwidth, no_gpu),
+        *(phases.rules.findings(phases.scanned_steps, no_gpu or NO_FIX_COST) if phases.rules is not None else ()),
     ]
     ranked = rank(found, step_ms[2] if step_ms else None)
     timed_window = (timed.began or 0.0, timed.ended or 0.0)
@@ -270,8 +277,10 @@ def _report(script: Script, args: Sequence[str], options: DoctorOptions, phases:
     done = counter.steps
     o = options
     steps = StepsDone(
-        warmup=min(done, o.warmup), measured=len(timed.step_s), scanned=phases.scanned_steps, gpu=phases.gpu_steps,
-        counted_by=counter.by, total=done)
+        warmup=min(done, o.warmup), measured=len(timed.step_s), memory=phases.memory_steps,
+        before_scan=min(max(done - o.warmup - o.steps - phases.memory_steps, 0), o.bridge),
+        scanned=phases.scanned_steps,
+        gpu=phases.gpu_steps, counted_by=counter.by, total=done)
     return DoctorReport(
         script=str(script.path), argv=tuple(args), steps=steps, ended=ending.how, failure=ending.failure,
         step_ms=step_ms, findings=ranked, loader=loader, compile=compile_figures, memory=_memory(phases),
@@ -285,4 +294,5 @@ def _report(script: Script, args: Sequence[str], options: DoctorOptions, phases:
         not_measured=_not_measured(phases, loader is not None, compiled, no_gpu),
         wall_s=wall_s,
         no_gpu=no_gpu,
+        digests=tuple(phases.digests),
     )

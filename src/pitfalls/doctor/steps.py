@@ -120,22 +120,29 @@ class StepCounter:
         started: called once, when the first step starts.
         ended: called with the number of steps done at each step's end; it raises `StopRun` to stop the run.
         budget: held while the counter's own work runs.
+        optimizers_made: says whether the script has made a `torch.optim` optimizer yet.
+        stepping: called with each optimizer whose step begins (any optimizer, after the first step started).
+        stepped: called with each optimizer whose step ended, before that step's end is counted.
     """
 
-    def __init__(self, started: Callable[[], None], ended: Callable[[int], None], budget: Budget) -> None:
+    def __init__(self, started: Callable[[], None], ended: Callable[[int], None], budget: Budget,
+                 optimizers_made: Callable[[], bool],
+                 stepping: Callable[[torch.optim.Optimizer], None] = lambda _optimizer: None,
+                 stepped: Callable[[torch.optim.Optimizer], None] = lambda _optimizer: None) -> None:
         self._started = started
         self._ended = ended
         self._budget = budget
+        self._stepping = stepping
+        self._stepped = stepped
         self.by: str | None = None
         self.steps = 0
         self.batches = 0
         self._delivered = False
         self._first = False
         self._pacing: torch.optim.Optimizer | None = None
-        self._optimizers_made = False
+        self._optimizers_made = optimizers_made
         self._stopping: StopRun | None = None
         self._handles: list[Any] = []
-        self._init: Any = None
         self.step_functions: frozenset[tuple[str, str]] = frozenset()
 
     @property
@@ -145,23 +152,12 @@ class StepCounter:
 
     def __enter__(self) -> StepCounter:
         self._handles = [register_optimizer_step_pre_hook(self._pre), register_optimizer_step_post_hook(self._post)]
-        self._init = torch.optim.Optimizer.__init__
-        original, counter = self._init, self
-
-        def init(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
-            counter._optimizers_made = True
-            original(optimizer, *args, **kwargs)
-
-        torch.optim.Optimizer.__init__ = init  # type: ignore[method-assign,assignment]
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles = []
-        if self._init is not None:
-            torch.optim.Optimizer.__init__ = self._init  # type: ignore[method-assign]
-            self._init = None
         self._pacing = None
 
     def _start(self) -> None:
@@ -181,13 +177,16 @@ class StepCounter:
             self._stopping = stop
             raise
 
-    def _pre(self, _optimizer: torch.optim.Optimizer, _args: object, _kwargs: object) -> None:
+    def _pre(self, optimizer: torch.optim.Optimizer, _args: object, _kwargs: object) -> None:
         with self._budget.busy():
             if self.by != LOADER:
                 self._start()
+            if self._first:
+                self._stepping(optimizer)
 
     def _post(self, optimizer: torch.optim.Optimizer, _args: object, _kwargs: object) -> None:
         with self._budget.busy():
+            self._stepped(optimizer)  # first: what it entered is left before the step's end moves the phases
             if self.by == LOADER:
                 return
             if self._pacing is None:
@@ -199,7 +198,7 @@ class StepCounter:
         """A DataLoader iterator was asked for its next batch: in a script without an optimizer, the step that took
         the last batch ends (an ask that ends an epoch delivers none, and ends no step)."""
         with self._budget.busy():
-            if self.by is None and self.batches >= 1 and not self._optimizers_made:
+            if self.by is None and self.batches >= 1 and not self._optimizers_made():
                 self.by = LOADER
             if self.by == LOADER and self._delivered:
                 self._delivered = False

@@ -10,8 +10,10 @@ such call counts once and the per-line counts of a program are the same on the C
 
 It also keeps the *provenance* of tensors: which tensors the same program, run on CUDA, would hold on the host.
 Those are the tensors made from Python numbers or arrays by a factory given no device (`torch.tensor(2.0)`,
-`torch.zeros(3)`) or the device string "cpu", the results of `.cpu()` and `.to("cpu")`, and whatever an op
-computes from host tensors alone. A `torch.device` object is taken for the program's device (code writes
+`torch.zeros(3)`) or the device string "cpu", the tensors that share a NumPy array's or a buffer's memory
+(`torch.from_numpy`, `torch.frombuffer`: no torch function mode sees these two, so the mode wraps them while it is
+on), the results of `.cpu()` and `.to("cpu")`, and whatever an op computes from host tensors alone (a
+`torch.stack` of host tensors). A `torch.device` object is taken for the program's device (code writes
 `device=x.device` or `.to(device)` to follow its data), and tensors made before the counted region are taken to
 live on the program's device. The hazard rules read this where the device alone cannot tell on a CPU run: a copy
 or `.item()` of a host tensor makes no sync, and `x[mask] = v` with a host-made one-element value takes ATen's
@@ -49,6 +51,8 @@ _FACTORIES = frozenset(
 # (`internal_new_from_data` in torch/csrc/utils/tensor_new.cpp: `.to(device, ..., non_blocking=false)`).
 _FROM_DATA = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
 _ALWAYS_HOST = frozenset({torch.from_numpy, torch.Tensor.cpu})
+# Data that is not a fill: a factory given an array, a buffer or a tensor copies host data, a batch's kind.
+_FILLS = (bool, int, float, complex, list, tuple)
 _FORMATTING = {torch.Tensor.__format__: "Tensor.__format__", torch.Tensor.__repr__: "Tensor.__repr__"}
 _SETTERS = frozenset({torch.Tensor.__setitem__, torch.Tensor.index_put_, torch.Tensor.index_put, torch.index_put})
 NUMPY_LABEL = "Tensor.numpy (of a device tensor: a TypeError on CUDA)"
@@ -85,20 +89,55 @@ class Provenance:
 
     def __init__(self) -> None:
         self._refs: dict[int, weakref.ref[torch.Tensor]] = {}
+        self._made_by: dict[int, str] = {}
+        self._pinned: set[int] = set()
         self.quiet = 0  # > 0 while a call already counted at the Python API runs its ATen ops
         self.setitem_value_on_host: list[bool] = []
 
-    def add(self, value: object) -> None:
-        """Mark every tensor in `value` (a tensor, or a structure of them) as host-made."""
+    def add(self, value: object, made_by: str = "") -> None:
+        """Mark every tensor in `value` (a tensor, or a structure of them) as host-made.
+
+        Args:
+            value: a tensor, or a structure of them.
+            made_by: the factory that filled it on the host ("torch.randn"; also an op of such tensors alone), or
+                "" for host data of another kind (a batch, a NumPy array's memory), which cannot be made on the
+                device instead.
+        """
         for leaf in tree_flatten(value)[0]:
             if isinstance(leaf, torch.Tensor):
                 # Identity, not equality: a set of tensors would compare them with ==, an ATen op per lookup.
                 self._refs[id(leaf)] = weakref.ref(leaf, functools.partial(self._forget, id(leaf)))
+                if made_by:
+                    self._made_by[id(leaf)] = made_by
+                else:
+                    self._made_by.pop(id(leaf), None)
 
     def _forget(self, key: int, ref: weakref.ref[torch.Tensor]) -> None:
         # The tensor is gone: drop its entry, unless its id was reused by a tensor added since.
         if self._refs.get(key) is ref:
             del self._refs[key]
+            self._made_by.pop(key, None)
+            self._pinned.discard(key)
+
+    def pin(self, value: object) -> None:
+        """Mark the host-made tensors in `value` as page-locked in the CUDA program (a batch of a DataLoader asked
+        for pinned memory, which a run without an accelerator does not pin)."""
+        for leaf in tree_flatten(value)[0]:
+            if isinstance(leaf, torch.Tensor) and self.on_host(leaf):
+                self._pinned.add(id(leaf))
+
+    def pinned(self, tensor: torch.Tensor) -> bool:
+        """Whether the CUDA program would hold `tensor` in page-locked host memory (as `pin` marked it)."""
+        return id(tensor) in self._pinned and self.on_host(tensor)
+
+    def made_by(self, tensor: torch.Tensor) -> str:
+        """The factory that filled a host-made tensor on the host ("torch.randn"), or "" (not one, or not known)."""
+        return self._made_by.get(id(tensor), "") if self.on_host(tensor) else ""
+
+    def common_factory(self, tree: object) -> str:
+        """The factory of the first tensor in `tree` when every tensor there was filled by one, else ""."""
+        names = [self.made_by(leaf) for leaf in tree_flatten(tree)[0] if isinstance(leaf, torch.Tensor)]
+        return names[0] if names and all(names) else ""
 
     def on_host(self, tensor: torch.Tensor) -> bool:
         """Whether a CUDA run of the program would hold `tensor` on the host."""
@@ -128,6 +167,21 @@ class Provenance:
             self.quiet -= 1
 
 
+# Factories of host memory that torch function modes do not see (they take no tensor and check no mode); the mode
+# wraps them at torch's top level, where a script calls them (`torch.from_numpy(a)`), while it is on.
+_UNSEEN_HOST_FACTORIES = ("from_numpy", "frombuffer")
+
+
+def _recording(factory: Callable[..., torch.Tensor], provenance: Provenance) -> Callable[..., torch.Tensor]:
+    @functools.wraps(factory)
+    def made_on_host(*args: Any, **kwargs: Any) -> torch.Tensor:
+        out = factory(*args, **kwargs)
+        provenance.add(out)
+        return out
+
+    return made_on_host
+
+
 class HostCopyMode(TorchFunctionMode):
     """Record blocking copies between host and device at the Python API, and keep the provenance of tensors.
 
@@ -141,6 +195,21 @@ class HostCopyMode(TorchFunctionMode):
         super().__init__()
         self._provenance = provenance
         self._on_copy = on_copy
+        self._unwrapped: dict[str, Any] = {}
+
+    def __enter__(self) -> HostCopyMode:
+        for name in _UNSEEN_HOST_FACTORIES:
+            factory = self._unwrapped[name] = getattr(torch, name)
+            setattr(torch, name, _recording(factory, self._provenance))
+        return super().__enter__()
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            super().__exit__(*exc_info)
+        finally:
+            for name, factory in self._unwrapped.items():
+                setattr(torch, name, factory)
+            self._unwrapped = {}
 
     def _from_data_label(self, func: Any, args: tuple, kwargs: dict[str, Any]) -> str | None:
         """The label of a factory that copies host data to the device it is given (or None)."""
@@ -179,8 +248,13 @@ class HostCopyMode(TorchFunctionMode):
             if to_host:
                 return ("Tensor.to (device to host)" if from_device and not non_blocking else None), _HOST
             # Host data to the device: blocking unless non_blocking (which CUDA's sync debug mode never flags, even
-            # from pageable memory, where the driver stages the copy).
-            return ("Tensor.to (host to device)" if not from_device and not non_blocking else None), _DEVICE
+            # from pageable memory, where the driver stages the copy). A factory's fill is named in the label: its
+            # fix (make it on the device) is not a batch's (pinned memory and non_blocking=True).
+            if from_device or non_blocking:
+                return None, _DEVICE
+            made_by = self._provenance.made_by(src)
+            return (f"Tensor.to of {made_by}'s tensor (host to device)" if made_by
+                    else "Tensor.to (host to device)"), _DEVICE
         if not from_device or src.numel() == 0:
             return None, None
         if func is torch.Tensor.tolist:
@@ -224,9 +298,11 @@ class HostCopyMode(TorchFunctionMode):
         elif func in _FACTORIES:
             device = kwargs.get("device")
             if device is None or _is_host_target(device):
-                provenance.add(out)
+                data = args[0] if args else kwargs.get("data", kwargs.get("obj"))
+                fill = func not in _FROM_DATA or isinstance(data, _FILLS)
+                provenance.add(out, f"torch.{func.__name__}" if fill else "")
         elif provenance.all_on_host((args, kwargs)):
-            provenance.add(out)
+            provenance.add(out, provenance.common_factory((args, kwargs)))
         return out
 
 

@@ -6,6 +6,7 @@ can run `pitfalls probe` on the pair and see the hazard go away.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 __all__ = ["HazardKind", "describe"]
@@ -32,10 +33,15 @@ _COPY = "keep the result on the device and copy once at the end, or non_blocking
 _SHAPE = "give the op a fixed-shape form: a mask with torch.where, topk, or padding to a known size"
 _TO_DEVICE = ("make it on the device (torch.full / torch.zeros / torch.arange with device=), or copy once, outside "
               "the loop, with non_blocking=True from pinned memory")
+_HOST_DATA_TO_DEVICE = ("copy from pinned memory without waiting: DataLoader(pin_memory=True) (or .pin_memory()) "
+                        "and .to(device, non_blocking=True)")
 _ELEMENT_WRITE = ("x[i:i+1] = v fills on the device without a copy; a host tensor: copy it once, non_blocking "
                   "from pinned memory")
 _HOST_VALUE = ("torch.where(mask, v, x) (loss: where), or a value made on the device: torch.full((), v, "
                "device=x.device)")
+
+# "Tensor.to of torch.randn's tensor (host to device)": the factory that filled the copied tensor on the host.
+_MADE_BY = re.compile(r" of (?P<factory>torch\.\w+)'s tensor ")
 
 # Exact labels from `pitfalls.probes.syncs.hazard_label`; anything else falls through to the rules in `describe`.
 _KINDS: dict[str, HazardKind] = {
@@ -43,6 +49,8 @@ _KINDS: dict[str, HazardKind] = {
     "aten.index.Tensor (bool mask)": HazardKind("boolean-mask index", _MASK),
     "aten.masked_select.default": HazardKind("aten.masked_select (boolean mask)", _MASK),
     "aten._local_scalar_dense.default": HazardKind(".item()", _ITEM),
+    # Under torch.inference_mode no autograd key decomposes item() first: a dispatch mode sees the composite op.
+    "aten.item.default": HazardKind(".item()", _ITEM),
     "aten.equal.default": HazardKind(
         "torch.equal", "compare on the device, (a == b).all(), and branch with torch.where"
     ),
@@ -81,8 +89,14 @@ def describe(label: str, *, in_backward: bool = False) -> HazardKind:
         kind = HazardKind("device-to-host copy", _COPY)
     elif label.startswith(("Tensor.", "torch.")) and label.endswith("(host to device)"):
         call = label.split()[0]
-        shown = f"{call}(..., device=...)" if call.startswith("torch.") else f".{call.removeprefix('Tensor.')}(device)"
-        kind = HazardKind(f"host-to-device copy ({shown})", _TO_DEVICE)
+        made_by = _MADE_BY.search(label)
+        if call.startswith("torch."):  # a factory given data and a device: built on the host, then copied
+            kind = HazardKind(f"host-to-device copy ({call}(..., device=...))", _TO_DEVICE)
+        elif made_by:  # a factory's fill, copied: it can be made on the device instead
+            kind = HazardKind(f"host-to-device copy (.{call.removeprefix('Tensor.')}(device)) of a tensor "
+                              f"{made_by['factory']} made on the host", _TO_DEVICE)
+        else:  # host data (a batch, an array's memory): it cannot be made on the device, but copied without a wait
+            kind = HazardKind(f"host-to-device copy (.{call.removeprefix('Tensor.')}(device))", _HOST_DATA_TO_DEVICE)
     elif label.endswith("(host to device)"):
         # At ATen level: x[i] = 3 on one element, or a host tensor written into a slice.
         kind = HazardKind("host-to-device copy (a write of host data)", _ELEMENT_WRITE)

@@ -53,6 +53,8 @@ _MACHINERY_DIRS = (str(_PACKAGE_DIR / "probes") + os.sep, str(_PACKAGE_DIR / "do
 _MACHINERY_FILES = frozenset(
     str(_PACKAGE_DIR / name) for name in ("scan.py", "targets.py", "hazard_guard.py", "pytest_plugin.py", "cli.py")
 )
+# The doctor's planted training scripts: a user's scripts, though they ship inside the doctor's package.
+_PLANTED_DIR = str(_PACKAGE_DIR / "doctor" / "planted") + os.sep
 # Anomaly mode stores frames as traceback.format_list() entries: '  File "x.py", line 3, in f\n    code\n'.
 _FRAME_ENTRY = re.compile(r'\s*File "(?P<path>.+)", line (?P<lineno>\d+), in (?P<function>.+)')
 
@@ -78,6 +80,8 @@ def is_user_file(filename: str) -> bool:
     if filename.startswith("<"):
         return not filename.startswith("<frozen")
     path = os.path.realpath(filename)
+    if path.startswith(_PLANTED_DIR):
+        return True
     return not (path.startswith(_TORCH_DIR) or path.startswith(_MACHINERY_DIRS) or path in _MACHINERY_FILES)
 
 
@@ -118,7 +122,7 @@ def _is_boundary(filename: str) -> bool:
     if filename.startswith("<"):
         return filename.startswith("<frozen")
     path = os.path.realpath(filename)
-    if path.startswith(_MACHINERY_DIRS) or path in _MACHINERY_FILES:
+    if (path.startswith(_MACHINERY_DIRS) and not path.startswith(_PLANTED_DIR)) or path in _MACHINERY_FILES:
         return True
     if "site-packages" not in path and path.startswith(_STOP_DIRS):
         return True

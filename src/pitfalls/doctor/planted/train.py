@@ -1,5 +1,5 @@
 """A training script with planted costs, the known answers `pitfalls doctor` must read (it imports nothing of
-pitfalls and runs as any user's script would: ``python planted_train.py --items 1000000``).
+pitfalls and runs as any user's script would: ``python train.py --items 1000000``).
 
 Planted, in every training step:
 

@@ -1,0 +1,223 @@
+"""A gate for a whole training script: what a run found, saved, and a later run checked against it.
+
+`pitfalls doctor --save-baseline FILE` writes each sync line with its count per step, each copy, each graph break
+and each rule found. `pitfalls doctor --baseline FILE` runs the script again and names each line that is new, each
+count that grew, each new graph break or rule (exit 1), and what was removed (exit 0 when nothing was added).
+
+A line is matched by its file, its function and its code, not its number, so that an edit above it does not fail the
+gate; identical lines of one function add up. The script's own file is named ``<script>``, so a baseline saved from
+one path checks a copy at another; other files by their path from the script's folder where they lie inside it.
+Counts per step are exact on a CPU (each scanned step runs the same lines), so a count that grew by any amount is
+named.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from linecache import getline
+from pathlib import Path
+from typing import Any
+
+from pitfalls.doctor.report import DoctorReport
+
+__all__ = ["FORMAT", "SCRIPT", "BaselineError", "Change", "Comparison", "compare", "entries", "function_at", "load",
+           "save"]
+
+FORMAT = "pitfalls doctor baseline 1"
+SCRIPT = "<script>"
+# Counts per step are ratios of whole counts over the scanned steps: equal ones compare equal, up to rounding.
+_SAME = 1e-9
+_Key = tuple[str, str, str, str, str]  # kind, what, file, function, code
+
+
+class BaselineError(ValueError):
+    """A baseline file that cannot be read or written: one line, exit 2."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """One difference between the baseline and the run.
+
+    Attributes:
+        kind: "sync", "copy", "graph break" or "rule".
+        what: the op, the copy, the break's reason or the rule's name.
+        file: ``<script>``, or a path.
+        function: the function the line is in.
+        code: the line's code.
+        line: its number in this run (None for what was removed).
+        before: its count per step in the baseline (None: absent, or a graph break, which has no count).
+        after: its count per step now (None: removed, or a graph break).
+    """
+
+    kind: str
+    what: str
+    file: str
+    function: str
+    code: str
+    line: int | None
+    before: float | None
+    after: float | None
+
+    def sentence(self) -> str:
+        """The change in one line."""
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
+        counts = ""
+        if self.before is not None and self.after is not None:
+            counts = f" ({self.before:g} -> {self.after:g} a step)"
+        elif self.after is not None:
+            counts = f" ({self.after:g} a step)"
+        elif self.before is not None:
+            counts = f" (was {self.before:g} a step)"
+        return f"{self.kind} {self.what} at {where} in {self.function}: {self.code}{counts}"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The run against the baseline.
+
+    Attributes:
+        file: the baseline file.
+        added: lines, graph breaks and rules that are new.
+        grew: lines whose count per step grew.
+        removed: lines, graph breaks and rules the run no longer has.
+        shrank: lines whose count per step fell.
+    """
+
+    file: str
+    added: tuple[Change, ...]
+    grew: tuple[Change, ...]
+    removed: tuple[Change, ...]
+    shrank: tuple[Change, ...]
+
+    @property
+    def failed(self) -> bool:
+        """Whether the gate fails: something new, or a count that grew."""
+        return bool(self.added or self.grew)
+
+    def as_json(self) -> dict[str, Any]:
+        """The comparison as the JSON report's ``baseline`` entry."""
+        return {"file": self.file, "failed": self.failed,
+                **{name: [vars(c) for c in getattr(self, name)] for name in ("added", "grew", "removed", "shrank")}}
+
+
+@lru_cache(maxsize=64)
+def _functions(path: str) -> tuple[tuple[int, int, str], ...]:
+    """(first line, last line, name) of every function in a file, or none when it cannot be read."""
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return ()
+    return tuple((node.lineno, node.end_lineno or node.lineno, node.name) for node in ast.walk(tree)
+                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+
+def function_at(path: str, line: int) -> str:
+    """The innermost function of ``path`` that holds ``line`` (its code object's name), ``<module>`` outside any."""
+    holding = [(first, name) for first, last, name in _functions(path) if first <= line <= last]
+    return max(holding)[1] if holding else "<module>"
+
+
+def _file(path: str | None, script: str) -> str:
+    if path is None:
+        return ""
+    if os.path.realpath(path) == os.path.realpath(script):
+        return SCRIPT
+    folder = Path(script).resolve().parent
+    resolved = Path(path).resolve()
+    return resolved.relative_to(folder).as_posix() if resolved.is_relative_to(folder) else path
+
+
+def _found(report: DoctorReport) -> Iterator[tuple[_Key, int | None, float | None]]:
+    """Every gated thing of a run: (key, line, count per step)."""
+    script = report.script
+    for f in report.findings:
+        if f.kind in ("sync", "rule"):
+            what = f.rule if f.kind == "rule" else f.title
+            function = f.function or (function_at(f.path, f.line) if f.path and f.line else "")
+            yield (f.kind, what, _file(f.path, script), function, f.code), f.line, f.per_step or 0.0
+    for c in report.copies:
+        what = f"{c.call} {c.direction}, {'pinned' if c.pinned else 'pageable'}, " \
+               f"{'blocking' if c.blocking else 'non-blocking'}"
+        yield ("copy", what, _file(c.path, script), c.function, c.code), c.line, c.per_step
+    for b in report.compile.graph_breaks:
+        path, line = b["path"], b["line"]
+        yield (("graph break", b["reason"], _file(path, script), function_at(path, line), getline(path, line).strip()),
+               line, None)
+
+
+def entries(report: DoctorReport) -> dict[_Key, tuple[int | None, float | None]]:
+    """What a run found, by key: (a line, the count per step, summed over identical lines; None for a break)."""
+    found: dict[_Key, tuple[int | None, float | None]] = {}
+    for key, line, count in _found(report):
+        if key in found:
+            first, total = found[key]
+            found[key] = (first, None if count is None or total is None else total + count)
+        else:
+            found[key] = (line, count)
+    return found
+
+
+def save(report: DoctorReport, path: Path) -> None:
+    """Write a run's baseline to ``path``.
+
+    Raises:
+        BaselineError: the file cannot be written.
+    """
+    rows = [{"kind": k[0], "what": k[1], "file": k[2], "function": k[3], "code": k[4], "per_step": count}
+            for k, (_line, count) in sorted(entries(report).items(), key=lambda item: item[0])]
+    data = {"format": FORMAT, "scanned_steps": report.steps.scanned, "entries": rows}
+    try:
+        path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    except OSError as error:
+        raise BaselineError(f"--save-baseline {str(path)!r} cannot be written: {error.strerror}") from None
+
+
+def load(path: Path) -> dict[_Key, float | None]:
+    """Read a baseline file.
+
+    Raises:
+        BaselineError: the file is missing, unreadable, or not a baseline this command wrote.
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise BaselineError(f"--baseline {str(path)!r} cannot be read: {error.strerror}; give a file "
+                            "`pitfalls doctor --save-baseline` wrote") from None
+    except ValueError:
+        data = None
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("entries"), list):
+        raise BaselineError(f"--baseline {str(path)!r} is not a baseline ({FORMAT!r}); give a file "
+                            "`pitfalls doctor --save-baseline` wrote")
+    saved: dict[_Key, float | None] = {}
+    for row in data["entries"]:
+        try:
+            saved[(row["kind"], row["what"], row["file"], row["function"], row["code"])] = row["per_step"]
+        except (KeyError, TypeError):
+            raise BaselineError(f"--baseline {str(path)!r} has an entry without kind, what, file, function, code "
+                                f"and per_step: {row!r}") from None
+    return saved
+
+
+def compare(saved: dict[_Key, float | None], report: DoctorReport, file: str) -> Comparison:
+    """The run against a baseline: what was added, grew, was removed or shrank."""
+    now = entries(report)
+    added, grew, removed, shrank = [], [], [], []
+    for key, (line, count) in now.items():
+        change = Change(*key, line=line, before=saved.get(key), after=count)
+        if key not in saved:
+            added.append(change)
+        elif count is not None and saved[key] is not None:
+            before = float(saved[key] or 0.0)
+            if count > before + _SAME:
+                grew.append(change)
+            elif count < before - _SAME:
+                shrank.append(change)
+    for key, count in saved.items():
+        if key not in now:
+            removed.append(Change(*key, line=None, before=count, after=None))
+    return Comparison(file, tuple(added), tuple(grew), tuple(removed), tuple(shrank))

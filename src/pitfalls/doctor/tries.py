@@ -1,0 +1,217 @@
+"""`pitfalls doctor --try`: the DataLoader's settings tried on the user's own script, each measured, not advised.
+
+Each setting runs the unmodified script again in a fresh process (`pitfalls.doctor.trial`), one at a time, so that
+no other trial's workers share the cores; the script's own setting ("as written") runs the same way, so every row is
+timed by one routine. Every trial takes the same steps, enough for the steady state of the setting with the most
+workers, as the loader family times its cases (`families.loader.steady`): the batches its workers can make ahead
+(``workers x (prefetch_factor + 1)``) are taken in extra warm-up steps, and at least ten times as many steps are
+timed. A row's speedup is the script's own mean step time over the setting's (steps per second, as the family's
+samples/s), its wait share the time in ``next()`` over the step time.
+
+A setting is called a fix only when its first batches are the script's own: the digests of the first `DIGESTS`
+batches (each tensor's bytes, shape and dtype) must equal the "as written" trial's, and that trial's must equal the
+doctor's own run's (else the script's batches differ from run to run, and no setting can be judged). A dataset
+whose random augmentation draws from each worker's seed, or an iterable dataset that every worker yields whole,
+"changes the batches".
+
+`--try loader` chooses the settings: with no workers (or a loader-bound loader), the workers that would hide the
+measured wait behind the rest of the step, ``ceil(wait / (step - wait))``, and all the cores, each with
+``persistent_workers=True`` (and ``pin_memory=True`` where the script used a GPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pitfalls.doctor.options import DoctorOptions
+from pitfalls.doctor.report import DoctorReport, LoaderFigures
+from pitfalls.doctor.settings import LoaderSetting, describe
+from pitfalls.doctor.trial import Trial
+from pitfalls.families.loader.steady import MIN_BATCHES, TIMED_PER_PREFILLED, prefilled
+
+__all__ = ["AUTO", "DIGESTS", "Tried", "TryRow", "choose", "cores", "trial_steps", "try_settings"]
+
+AUTO = "loader"
+# Batches whose digests must match for a setting to be a fix.
+DIGESTS = 4
+# DataLoader's default prefetch_factor with workers.
+DEFAULT_PREFETCH = 2
+# Seconds a trial may take past its own budget (the interpreter's and torch's import) before it is stopped.
+START_S = 120.0
+
+Runner = Callable[[Trial], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class TryRow:
+    """One setting, measured.
+
+    Attributes:
+        setting: the setting as the command line writes it ("as written": the script's own).
+        workers: the loader's workers in the trial.
+        step_ms: the median timed step, ms.
+        mean_ms: the mean timed step, ms.
+        wait_share: the share of the timed steps spent waiting in ``next()``.
+        speedup: the script's own mean step over this one's (None when either was not timed).
+        same_batches: its first batches equal the script's own (None: not judged, ``note`` says why).
+        fix: the setting ranked as the fix: the fastest with the same batches, faster than the script's own.
+        note: why a figure is missing ("" when none is).
+    """
+
+    setting: str
+    workers: int | None
+    step_ms: float | None
+    mean_ms: float | None
+    wait_share: float | None
+    speedup: float | None
+    same_batches: bool | None
+    fix: bool = False
+    note: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        """The row as the JSON report's ``try`` entry."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Tried:
+    """The settings tried, or why none was.
+
+    Attributes:
+        rows: the script's own setting first, then each tried one.
+        note: why nothing was tried, or why the batches were not judged ("" when they were).
+        steps: (warm-up, timed) steps of every trial.
+    """
+
+    rows: tuple[TryRow, ...]
+    note: str = ""
+    steps: tuple[int, int] = (0, 0)
+
+    @property
+    def best(self) -> TryRow | None:
+        """The row ranked as the fix, if any."""
+        return next((row for row in self.rows if row.fix), None)
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def choose(loader: LoaderFigures | None, step_ms: float | None, gpu: bool, available: int
+           ) -> tuple[list[dict[str, int | bool]], str]:
+    """The settings `--try loader` tries, or none and why.
+
+    Args:
+        loader: the loader's figures over the doctor's timed steps (None: no DataLoader was seen).
+        step_ms: the mean timed step, ms.
+        gpu: the script used a GPU (pinned memory is then tried too).
+        available: the cores.
+
+    Returns:
+        (settings, why none): the settings, or an empty list and the reason.
+    """
+    if loader is None or step_ms is None:
+        return [], "the timed steps took no batch from a DataLoader"
+    if loader.workers and loader.verdict != "loader-bound":
+        return [], f"the loader keeps up with the step ({loader.verdict}, {loader.workers} workers)"
+    extra: dict[str, int | bool] = {"persistent_workers": True}
+    if gpu:
+        extra["pin_memory"] = True
+    rest_ms = max(step_ms - loader.ms_per_step, 1e-3)
+    hide = max(1, math.ceil(loader.ms_per_step / rest_ms))
+    counts = sorted({min(hide, available), available} - {loader.workers})
+    if not counts:
+        return [], f"the loader already has {loader.workers} workers, one per core"
+    return [{"num_workers": count, **extra} for count in counts], ""
+
+
+def trial_steps(options: DoctorOptions, workers: Sequence[tuple[int, int]]) -> tuple[int, int]:
+    """(warm-up, timed) steps of every trial: the batches the largest setting makes ahead taken in warm-up, and ten
+    times as many timed, at least the doctor's own.
+
+    Args:
+        options: the doctor's steps.
+        workers: (workers, prefetch_factor) of each setting tried, the script's own included.
+    """
+    ahead = max((prefilled(count, prefetch) for count, prefetch in workers), default=0)
+    return options.warmup + ahead, max(options.steps, TIMED_PER_PREFILLED * ahead, MIN_BATCHES)
+
+
+def _run_child(trial: Trial) -> dict[str, Any]:
+    """Run one trial in a fresh interpreter; its result, or ``{"failure": ...}``."""
+    with tempfile.TemporaryDirectory(prefix="pitfalls-try-") as folder:
+        out = Path(folder) / "trial.json"
+        spec = json.dumps({**asdict(trial), "args": list(trial.args)})
+        try:
+            done = subprocess.run([sys.executable, "-m", "pitfalls.doctor.trial", spec, str(out)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                  timeout=trial.budget_s + START_S, check=False)
+        except subprocess.TimeoutExpired:
+            return {"failure": f"the trial ran past {trial.budget_s + START_S:g} s and was stopped"}
+        if done.returncode != 0 or not out.is_file():
+            last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+            return {"failure": f"the trial failed: {last}"}
+        return dict(json.loads(out.read_text(encoding="utf-8")))
+
+
+def _row(setting: LoaderSetting, result: dict[str, Any], own_mean: float | None) -> TryRow:
+    mean = result.get("mean_ms")
+    failure = result.get("failure") or ""
+    if not failure and mean is None:
+        failure = "no step was timed"
+    return TryRow(setting=describe(setting), workers=result.get("workers"), step_ms=result.get("median_ms"),
+                  mean_ms=mean, wait_share=result.get("wait_share"),
+                  speedup=own_mean / mean if own_mean and mean else None, same_batches=None, note=failure)
+
+
+def try_settings(report: DoctorReport, options: DoctorOptions, settings: Sequence[LoaderSetting],
+                 run: Runner = _run_child) -> Tried:
+    """Run the script's own setting and each of ``settings`` in fresh processes; the table.
+
+    Args:
+        report: the doctor's run of the script (its batches' digests, its loader's workers).
+        options: the doctor's steps and budget.
+        settings: the settings to try.
+        run: runs one trial (a test passes one that runs in this process).
+
+    Returns:
+        The rows, the fix ranked.
+    """
+    own_workers = report.loader.workers if report.loader is not None else 0
+    shapes = [(own_workers, DEFAULT_PREFETCH)] + [
+        (int(s.get("num_workers", own_workers)), int(s.get("prefetch_factor", DEFAULT_PREFETCH))) for s in settings]
+    warmup, steps = trial_steps(options, shapes)
+
+    def trial(setting: LoaderSetting) -> dict[str, Any]:
+        return run(Trial(script=report.script, args=report.argv, setting=dict(setting), warmup=warmup, steps=steps,
+                         digests=DIGESTS, budget_s=options.budget_s))
+
+    tried: list[LoaderSetting] = [{}, *settings]
+    results = [(setting, trial(setting)) for setting in tried]
+    own = results[0][1]
+    own_digests = tuple(own.get("digests") or ())
+    note = ""
+    if not own_digests:
+        note = "the script's batches were not read: same batches not judged"
+    elif own_digests != report.digests[:len(own_digests)]:
+        note = "the script's own batches differ from run to run (unseeded?): same batches not judged"
+    rows = []
+    for setting, result in results:
+        row = _row(setting, result, own.get("mean_ms"))
+        if not note and not row.note:
+            row = dataclasses.replace(row, same_batches=tuple(result.get("digests") or ()) == own_digests)
+        rows.append(row)
+    fixes = [row for row in rows[1:] if row.same_batches and row.speedup is not None and row.speedup > 1.0]
+    best = max(fixes, key=lambda row: row.speedup or 0.0, default=None)
+    return Tried(tuple(dataclasses.replace(row, fix=row is best) for row in rows), note, (warmup, steps))
