@@ -10,6 +10,7 @@ doctor can shut its workers down however the script ended.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 import weakref
 from collections.abc import Callable
@@ -40,11 +41,6 @@ class LoaderStart:
     first_batch_s: float | None
 
 
-def _caller_line() -> SourceLine | None:
-    """The script's line that asked for the batch (the innermost frame outside torch and the doctor)."""
-    return source_line(locate_dispatch()[0])
-
-
 class LoaderWatch:
     """Wrap every DataLoader's iteration for the block.
 
@@ -53,25 +49,18 @@ class LoaderWatch:
         arrived: called with the seconds waited in ``next()``, the loader's workers, the batch, and whether its
             loader asked for pinned memory (``pin_memory=True``, which pins nothing without an accelerator).
         quiet: says whether an instrument is on, so that the loader's own work must run without it.
-        clock: seconds as a float.
     """
 
-    def __init__(
-        self,
-        asked: Callable[[], None],
-        arrived: Callable[[float, int, Any, bool], None],
-        quiet: Callable[[], bool],
-        clock: Callable[[], float] = time.perf_counter,
-    ) -> None:
+    def __init__(self, asked: Callable[[], None], arrived: Callable[[float, int, Any, bool], None],
+                 quiet: Callable[[], bool]) -> None:
         self._asked = asked
         self._arrived = arrived
         self._quiet = quiet
-        self._clock = clock
         self._iterators: weakref.WeakSet[_MultiProcessingDataLoaderIter] = weakref.WeakSet()
         self._pinning: weakref.WeakSet[_BaseDataLoaderIter] = weakref.WeakSet()
         self._saved: tuple[Any, Any] | None = None
         self.start: LoaderStart | None = None
-        self._first_start: tuple[int, float, float] | None = None
+        self._first = (0, 0.0)  # the first iterator's id and when iter(loader) began
         self.line: SourceLine | None = None
 
     def __enter__(self) -> LoaderWatch:
@@ -80,24 +69,31 @@ class LoaderWatch:
         self._saved = (original_iter, original_next)
 
         def __iter__(loader: DataLoader) -> Any:  # noqa: N807 (the method it stands in for)
-            began = watch._clock()
+            began = time.perf_counter()
             with no_modes():
                 iterator = original_iter(loader)
-            if loader.pin_memory and isinstance(iterator, _BaseDataLoaderIter):
-                watch._pinning.add(iterator)
-            watch._iterator_started(iterator, began)
+            if isinstance(iterator, _MultiProcessingDataLoaderIter):
+                watch._iterators.add(iterator)
+            if isinstance(iterator, _BaseDataLoaderIter):
+                if loader.pin_memory:
+                    watch._pinning.add(iterator)
+                if watch.start is None:
+                    watch._first = (id(iterator), began)
+                    watch.start = LoaderStart(_workers(iterator), time.perf_counter() - began, None)
             return iterator
 
         def __next__(iterator: _BaseDataLoaderIter) -> Any:  # noqa: N807
             watch._asked()
-            if watch.line is None:
-                watch.line = _caller_line()
-            began = watch._clock()
-            guard = no_modes() if watch._quiet() else contextlib.nullcontext()
-            with guard:
+            if watch.line is None:  # the script's line that asks for the batches
+                watch.line = source_line(locate_dispatch()[0])
+            began = time.perf_counter()
+            with no_modes() if watch._quiet() else contextlib.nullcontext():
                 batch = original_next(iterator)
-            waited = watch._clock() - began
-            watch._batch_arrived(iterator, waited, batch)
+            waited = time.perf_counter() - began
+            start = watch.start
+            if start is not None and start.first_batch_s is None and watch._first[0] == id(iterator):
+                watch.start = dataclasses.replace(start, first_batch_s=time.perf_counter() - watch._first[1])
+            watch._arrived(waited, _workers(iterator), batch, iterator in watch._pinning)
             return batch
 
         DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
@@ -109,28 +105,11 @@ class LoaderWatch:
             DataLoader.__iter__, _BaseDataLoaderIter.__next__ = self._saved  # type: ignore[method-assign]
             self._saved = None
 
-    def _iterator_started(self, iterator: Any, began: float) -> None:
-        if isinstance(iterator, _MultiProcessingDataLoaderIter):
-            self._iterators.add(iterator)
-        if self._first_start is None and isinstance(iterator, _BaseDataLoaderIter):
-            self._first_start = (id(iterator), began, self._clock() - began)
-            self.start = LoaderStart(_workers(iterator), self._first_start[2], None)
-
-    def _batch_arrived(self, iterator: _BaseDataLoaderIter, waited: float, batch: Any) -> None:
-        first = self._first_start
-        if first is not None and first[0] == id(iterator) and self.start is not None \
-                and self.start.first_batch_s is None:
-            self.start = LoaderStart(self.start.workers, self.start.start_s, self._clock() - first[1])
-        self._arrived(waited, _workers(iterator), batch, iterator in self._pinning)
-
-    def shut_down(self) -> int:
-        """Shut down the workers of every iterator the script left behind; returns how many iterators had any."""
-        stopped = 0
+    def shut_down(self) -> None:
+        """Shut down the workers of every iterator the script left behind."""
         for iterator in list(self._iterators):
             if getattr(iterator, "_workers", None):
                 iterator._shutdown_workers()
-                stopped += 1
-        return stopped
 
 
 def _workers(iterator: object) -> int:

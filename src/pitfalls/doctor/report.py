@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
+
+from pitfalls.probes.sites import SourceLine
 
 __all__ = [
     "CompileFigures", "CopyRow", "DoctorReport", "Failure", "Finding", "LoaderFigures", "MemoryFigures",
-    "CPU_SCRIPT", "NOT_MEASURED_NO_GPU", "NO_GPU", "OneOff", "RealSyncRow", "StepsDone",
+    "CPU_SCRIPT", "NO_GPU", "OneOff", "RealSyncRow", "StepsDone", "line_fields",
 ]
 
 NO_GPU = "no GPU"
-NOT_MEASURED_NO_GPU = f"not measured: {NO_GPU}"
 # Where a GPU is present but the script never initialized CUDA, its figures are not measured for that reason.
 CPU_SCRIPT = "the script used no GPU"
-KINDS = ("loader", "sync", "copy", "compile", "memory", "rule")
+
+
+def line_fields(line: SourceLine | None) -> dict[str, Any]:
+    """The fields of a finding or a copy row that name the script's line (None and "" where none can be named)."""
+    if line is None:
+        return {"path": None, "line": None, "code": "", "function": ""}
+    return {"path": line.path, "line": line.lineno, "code": line.code, "function": line.function}
 
 
 @dataclass(frozen=True)
@@ -22,37 +29,37 @@ class Finding:
     """One cost of the step, with its fix.
 
     Attributes:
-        kind: one of `KINDS`.
+        kind: "loader", "sync", "copy", "compile", "memory" or "rule".
         title: what it is, in a few words.
+        cost: how the cost was measured, or why it was not.
+        fix: the change that removes it.
         path: the script's file where it is (None when no line can be named).
         line: the line.
         code: the line's text.
+        function: the function the line is in ("" when not known).
         per_step: how often per step (the mean over the steps it was counted in; a line run every fifth step
             reads 0.2), or None when it is not counted per step.
         call_sites: for a line inside a helper, the lines of the step that reached it, most used first.
         ms_per_step: its estimated cost per step, or None when it could not be measured (``cost`` says why).
-        cost: how the cost was measured, or why it was not.
-        fix: the change that removes it.
         rank: its place in the report (1: the costliest).
         share_of_step: ``ms_per_step`` over the mean step time (the loader's is its wait share).
         rule: for a finding of kind "rule", the rule's name (`pitfalls.doctor.rules.RULES`); else "".
-        function: the function the line is in ("" when not known).
     """
 
     kind: str
     title: str
-    path: str | None
-    line: int | None
-    code: str
-    per_step: float | None
-    call_sites: tuple[tuple[str, int], ...]
-    ms_per_step: float | None
     cost: str
     fix: str
+    path: str | None = None
+    line: int | None = None
+    code: str = ""
+    function: str = ""
+    per_step: float | None = None
+    call_sites: tuple[tuple[str, int], ...] = ()
+    ms_per_step: float | None = None
     rank: int = 0
     share_of_step: float | None = None
     rule: str = ""
-    function: str = ""
 
     def as_json(self) -> dict[str, Any]:
         """The finding as the JSON report's ``findings`` entry."""
@@ -253,34 +260,26 @@ class DoctorReport:
 
     def as_json(self) -> dict[str, Any]:
         """The report as plain JSON values (see `pitfalls doctor --json`)."""
-        loader = self.loader
         return {
             "script": self.script,
             "argv": list(self.argv),
-            "steps": {"warmup": self.steps.warmup, "measured": self.steps.measured, "memory": self.steps.memory,
-                      "before_scan": self.steps.before_scan, "scanned": self.steps.scanned, "gpu": self.steps.gpu,
-                      "counted_by": self.steps.counted_by, "total": self.steps.total},
+            "steps": asdict(self.steps),
             "ended": self.ended,
             "error": None if self.failure is None else {"last_line": self.failure.last_line,
                                                         "step": self.failure.step},
             "step_ms": (None if self.step_ms is None
                         else dict(zip(("median", "p90", "mean"), self.step_ms, strict=True))),
             "findings": [finding.as_json() for finding in self.findings],
-            "loader": None if loader is None else {
-                "wait_share": loader.wait_share, "ms_per_step": loader.ms_per_step, "verdict": loader.verdict,
-                "batch_bytes": loader.batch_bytes, "batches_per_step": loader.batches_per_step,
-                "workers": loader.workers, "anatomy": list(loader.anatomy)},
+            "loader": None if self.loader is None else asdict(self.loader),
             "compile": {"graph_breaks": list(self.compile.graph_breaks), "recompiles": list(self.compile.recompiles),
                         "compile_s": self.compile.compile_s, "unavailable": self.compile.unavailable or None},
-            "memory": None if self.memory is None else {
-                "source": self.memory.source, "peak_bytes": self.memory.peak_bytes,
-                "per_step_bytes": self.memory.per_step_bytes, "detail": self.memory.detail},
-            "copies": [vars(row) for row in self.copies],
+            "memory": None if self.memory is None else asdict(self.memory),
+            "copies": [asdict(row) for row in self.copies],
             "real_syncs": (f"not measured: {self.no_gpu}" if self.real_syncs is None
-                           else [vars(r) for r in self.real_syncs]),
+                           else [asdict(r) for r in self.real_syncs]),
             "syncs_agree": self.syncs_agree,
             "bandwidth_gb_s": dict(self.bandwidth) if self.bandwidth else f"not measured: {self.no_gpu}",
-            "one_off": [{"what": o.what, "seconds": o.seconds, "detail": o.detail} for o in self.one_off],
+            "one_off": [asdict(o) for o in self.one_off],
             "explained_share": self.explained,
             "not_measured": list(self.not_measured),
             "wall_s": self.wall_s,
