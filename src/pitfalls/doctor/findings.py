@@ -9,13 +9,18 @@
   each recompile during the timed steps, with what compiling cost per step.
 - **memory**: the batch's bytes against its smallest lossless dtypes (`scan_loader.anatomy`); on a GPU the copy
   time the smaller batch would save.
+
+They are ranked by what each costs a step: those whose cost was measured first, the costliest first; those whose
+cost could not be measured (a sync on a CPU: "cost not measurable on a CPU") follow, by how often they happen per
+step. One-off costs are not findings and are never ranked.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from pitfalls.doctor.copies import HOST_TO_DEVICE, CopySite
 from pitfalls.doctor.gpu import Bandwidth
@@ -29,7 +34,7 @@ from pitfalls.units import human_bytes
 
 __all__ = [
     "NO_CPU_COST", "compile_findings", "copy_findings", "copy_rows", "loader_figures", "loader_finding",
-    "memory_findings", "sync_findings",
+    "memory_findings", "rank", "sync_findings",
 ]
 
 NO_CPU_COST = "cost not measurable on a CPU"
@@ -205,3 +210,29 @@ def memory_findings(anatomy: Anatomy | None, batches_per_step: float, line: Sour
         fix=f"ship smaller dtypes ({changes}) and convert on the device",
     )]
 
+
+def _order(finding: Finding) -> tuple[int, float, str, int]:
+    if finding.ms_per_step is not None:
+        return 0, -finding.ms_per_step, finding.path or "", finding.line or 0
+    per_step = finding.per_step if finding.per_step is not None else -1.0
+    return 1, -per_step, finding.path or "", finding.line or 0
+
+
+def rank(findings: Iterable[Finding], step_ms: float | None) -> tuple[Finding, ...]:
+    """Order findings by cost and number them, each with its share of the step.
+
+    Args:
+        findings: the findings, in any order.
+        step_ms: the mean step time (None when no step was timed: no share is given); the mean, so that the
+            loader's share is its wait share, the wait over the time of the timed steps.
+
+    Returns:
+        The findings, ranked from 1.
+    """
+    return tuple(
+        dataclasses.replace(
+            finding, rank=position,
+            share_of_step=finding.ms_per_step / step_ms if finding.ms_per_step is not None and step_ms else None,
+        )
+        for position, finding in enumerate(sorted(findings, key=_order), start=1)
+    )

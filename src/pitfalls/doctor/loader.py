@@ -2,8 +2,9 @@
 
 `DataLoader.__iter__` (where workers start) and `_BaseDataLoaderIter.__next__` (what ``for batch in loader``
 calls; every iterator kind inherits it) are wrapped for the run and restored after it. Workers start, and the
-loader's own work runs, with no instrument on (`modes.no_modes`): a worker started by fork copies this process as
-it is, and a dataset's host code is not the training step's. Every iterator with workers is kept (weakly), so the
+loader's own work runs, with no instrument on (`no_modes`: the torch function and dispatch modes on the stack
+popped, then pushed back): a worker started by fork copies this process as it is, mode stacks included, and a
+dataset's host code is not the training step's. Every iterator with workers is kept (weakly), so the
 doctor can shut its workers down however the script ended.
 """
 
@@ -13,17 +14,33 @@ import contextlib
 import dataclasses
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+from torch.overrides import _pop_mode, _push_mode
+from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _MultiProcessingDataLoaderIter
 
-from pitfalls.doctor.modes import no_modes
 from pitfalls.probes.sites import SourceLine, locate_dispatch, source_line
 
-__all__ = ["LoaderStart", "LoaderWatch"]
+__all__ = ["LoaderStart", "LoaderWatch", "no_modes"]
+
+
+@contextlib.contextmanager
+def no_modes() -> Iterator[None]:
+    """Run the block with no torch function mode and no dispatch mode; the stacks are as they were after it."""
+    functions = []
+    while torch._C._len_torch_function_stack() > 0:
+        functions.append(_pop_mode())
+    try:
+        with _disable_current_modes():
+            yield
+    finally:
+        for mode in reversed(functions):
+            _push_mode(mode)
 
 
 @dataclass(frozen=True)

@@ -223,10 +223,8 @@ class DoctorReport:
         memory: peak memory, or None when no step was timed.
         copies: every copy between host and device during the scanned steps.
         real_syncs: per line on a GPU, or None without one.
-        syncs_agree: whether every line's real syncs equal its hazards (None without a GPU).
         bandwidth: copy bandwidth measured on the device, GB/s by kind (empty without a GPU).
         one_off: costs paid once.
-        explained: the share of the mean step that the measured findings explain (None: nothing timed).
         not_measured: each figure that was not measured, and why ("real syncs by line ...: no GPU").
         wall_s: the run's wall seconds.
         no_gpu: why the GPU's figures were not measured (`NO_GPU`, `CPU_SCRIPT`), or "" when they were.
@@ -245,14 +243,24 @@ class DoctorReport:
     memory: MemoryFigures | None
     copies: tuple[CopyRow, ...]
     real_syncs: tuple[RealSyncRow, ...] | None
-    syncs_agree: bool | None
     bandwidth: tuple[tuple[str, float], ...]
     one_off: tuple[OneOff, ...]
-    explained: float | None
     not_measured: tuple[str, ...]
     wall_s: float
     no_gpu: str = NO_GPU
     digests: tuple[str, ...] = ()
+
+    @property
+    def syncs_agree(self) -> bool | None:
+        """Whether every line's real syncs equal its hazards (None without a GPU)."""
+        return None if self.real_syncs is None else all(r.real_per_step == r.hazards_per_step for r in self.real_syncs)
+
+    @property
+    def explained(self) -> float | None:
+        """The share of the mean step that the findings with a measured cost add up to (None: no step timed)."""
+        if self.step_ms is None or not self.step_ms[2]:
+            return None
+        return sum(f.ms_per_step for f in self.findings if f.ms_per_step is not None) / self.step_ms[2]
 
     def finding_at(self, kind: str, path: str, line: int) -> tuple[Finding, ...]:
         """The findings of one kind at one line."""

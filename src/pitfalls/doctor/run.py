@@ -25,7 +25,6 @@ from pitfalls.doctor.gpu import Bandwidth, copy_bandwidth
 from pitfalls.doctor.loader import LoaderWatch
 from pitfalls.doctor.options import DoctorOptions
 from pitfalls.doctor.phases import Phases
-from pitfalls.doctor.ranking import explained_share, rank
 from pitfalls.doctor.report import (
     CPU_SCRIPT,
     NO_GPU,
@@ -256,7 +255,7 @@ def _report(script: Script, args: Sequence[str], options: DoctorOptions, phases:
         *build.memory_findings(shape, loader.batches_per_step if loader else 1.0, watch.line, bandwidth, no_gpu),
         *(phases.rules.findings(phases.scanned_steps, no_gpu or NO_FIX_COST) if phases.rules is not None else ()),
     ]
-    ranked = rank(found, mean_ms)
+    ranked = build.rank(found, mean_ms)
     timed_window = (timed.began or 0.0, timed.ended or 0.0)
     compile_figures = CompileFigures(
         graph_breaks=tuple({"reason": b.reason, "path": b.path, "line": b.line, "explanation": b.explanation,
@@ -279,12 +278,10 @@ def _report(script: Script, args: Sequence[str], options: DoctorOptions, phases:
         script=str(script.path), argv=tuple(args), steps=steps, ended=ending.how, failure=ending.failure,
         step_ms=step_ms, findings=ranked, loader=loader, compile=compile_figures, memory=_memory(phases),
         copies=build.copy_rows(phases.copies, phases.scanned_steps), real_syncs=real,
-        syncs_agree=None if real is None else all(r.real_per_step == r.hazards_per_step for r in real),
         bandwidth=() if bandwidth is None else tuple(
             (f"{direction}, {'pinned' if pinned else 'pageable'}", rate / 1e9)
             for direction, pinned, rate in bandwidth.rates),
         one_off=_one_off(phases, watch, compile_figures.compile_s),
-        explained=explained_share(ranked, mean_ms),
         not_measured=_not_measured(phases, loader is not None, compiled, no_gpu),
         wall_s=wall_s,
         no_gpu=no_gpu,

@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import subprocess
 import sys
 import tempfile
@@ -39,7 +38,7 @@ from pitfalls.doctor.settings import LoaderSetting, describe
 from pitfalls.doctor.trial import Trial
 from pitfalls.families.loader.steady import MIN_BATCHES, TIMED_PER_PREFILLED, prefilled
 
-__all__ = ["AUTO", "DIGESTS", "Tried", "TryRow", "choose", "cores", "trial_steps", "try_settings"]
+__all__ = ["AUTO", "DIGESTS", "Tried", "TryRow", "choose", "trial_steps", "try_settings"]
 
 AUTO = "loader"
 # Batches whose digests must match for a setting to be a fix.
@@ -101,11 +100,6 @@ class Tried:
     def best(self) -> TryRow | None:
         """The row ranked as the fix, if any."""
         return next((row for row in self.rows if row.fix), None)
-
-
-def cores() -> int:
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def choose(loader: LoaderFigures | None, step_ms: float | None, gpu: bool, available: int
