@@ -76,12 +76,10 @@ class RealSyncs:
     """
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter, cuda: Any = None) -> None:
-        self._clock = clock
         self._cuda = cuda if cuda is not None else torch.cuda
         self.syncs: Counter[_Key | None] = Counter()
         self._stall = _StallMode(clock)
         self._stack: contextlib.ExitStack | None = None
-        self._previous_mode: Any = None
         self._passed_on: Callable[..., None] = warnings.showwarning
 
     def _show(self, message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
@@ -103,9 +101,8 @@ class RealSyncs:
             warnings.filterwarnings("always", message=f".*{CUDA_SYNC_WARNING}")
             warnings.showwarning = self._show
             stack.enter_context(self._stall)
-            self._previous_mode = self._cuda.get_sync_debug_mode()
+            stack.callback(self._cuda.set_sync_debug_mode, self._cuda.get_sync_debug_mode())
             self._cuda.set_sync_debug_mode("warn")
-            stack.callback(self._cuda.set_sync_debug_mode, self._previous_mode)
             self._stack = stack.pop_all()
         return self
 

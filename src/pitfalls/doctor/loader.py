@@ -45,13 +45,8 @@ def no_modes() -> Iterator[None]:
 
 @dataclass(frozen=True)
 class LoaderStart:
-    """The first iterator's start, a one-off cost.
-
-    Attributes:
-        workers: its workers.
-        start_s: seconds ``iter(loader)`` took (the workers' start, with workers).
-        first_batch_s: seconds from ``iter(loader)`` to its first batch.
-    """
+    """The first iterator's start, a one-off cost: its workers, the seconds ``iter(loader)`` took (the workers'
+    start, with workers) and the seconds from ``iter(loader)`` to its first batch."""
 
     workers: int
     start_s: float

@@ -24,52 +24,47 @@ def line_fields(line: SourceLine | None) -> dict[str, Any]:
     return {"path": line.path, "line": line.lineno, "code": line.code, "function": line.function}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Finding:
-    """One cost of the step, with its fix.
+    """One cost of the step, with its fix; its fields in the order of its JSON entry.
 
     Attributes:
+        rank: its place in the report (1: the costliest).
         kind: "loader", "sync", "copy", "compile", "memory" or "rule".
         title: what it is, in a few words.
-        cost: how the cost was measured, or why it was not.
-        fix: the change that removes it.
         path: the script's file where it is (None when no line can be named).
         line: the line.
         code: the line's text.
-        function: the function the line is in ("" when not known).
         per_step: how often per step (the mean over the steps it was counted in; a line run every fifth step
             reads 0.2), or None when it is not counted per step.
         call_sites: for a line inside a helper, the lines of the step that reached it, most used first.
         ms_per_step: its estimated cost per step, or None when it could not be measured (``cost`` says why).
-        rank: its place in the report (1: the costliest).
         share_of_step: ``ms_per_step`` over the mean step time (the loader's is its wait share).
+        cost: how the cost was measured, or why it was not.
+        fix: the change that removes it.
         rule: for a finding of kind "rule", the rule's name (`pitfalls.doctor.rules.RULES`); else "".
+        function: the function the line is in ("" when not known).
     """
 
+    rank: int = 0
     kind: str
     title: str
-    cost: str
-    fix: str
     path: str | None = None
     line: int | None = None
     code: str = ""
-    function: str = ""
     per_step: float | None = None
     call_sites: tuple[tuple[str, int], ...] = ()
     ms_per_step: float | None = None
-    rank: int = 0
     share_of_step: float | None = None
+    cost: str
+    fix: str
     rule: str = ""
+    function: str = ""
 
     def as_json(self) -> dict[str, Any]:
         """The finding as the JSON report's ``findings`` entry."""
-        return {
-            "rank": self.rank, "kind": self.kind, "title": self.title, "path": self.path, "line": self.line,
-            "code": self.code, "per_step": self.per_step,
-            "call_sites": [{"path": path, "line": line} for path, line in self.call_sites],
-            "ms_per_step": self.ms_per_step, "share_of_step": self.share_of_step, "cost": self.cost, "fix": self.fix,
-            "rule": self.rule or None, "function": self.function or None,
-        }
+        return {**asdict(self), "call_sites": [{"path": path, "line": line} for path, line in self.call_sites],
+                "rule": self.rule or None, "function": self.function or None}
 
 
 @dataclass(frozen=True)

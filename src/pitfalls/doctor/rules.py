@@ -47,15 +47,8 @@ _MATCHER = "PyTorch's profiler pattern matcher (torch.profiler._pattern_matcher)
 
 @dataclass(frozen=True)
 class Rule:
-    """One rule: what it finds, the fix, and whose rule it is.
-
-    Attributes:
-        name: the rule's short name (a finding's ``rule``).
-        finds: what it finds, in a sentence.
-        fix: the change that removes it.
-        source: the peer's rule it follows.
-        where: where the doctor reads it ("CPU or GPU", or what only a GPU shows).
-    """
+    """One rule: its short name (a finding's ``rule``), what it finds, the fix, the peer's rule it follows
+    (``source``), and where the doctor reads it ("CPU or GPU", or what only a GPU shows)."""
 
     name: str
     finds: str

@@ -28,12 +28,7 @@ class ScriptError(ValueError):
 
 @dataclass(frozen=True)
 class Script:
-    """A script ready to run.
-
-    Attributes:
-        path: its absolute path.
-        code: its compiled module code.
-    """
+    """A script ready to run: its absolute path and its compiled module code."""
 
     path: Path
     code: types.CodeType
