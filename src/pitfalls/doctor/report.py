@@ -274,8 +274,7 @@ class DoctorReport:
                         else dict(zip(("median", "p90", "mean"), self.step_ms, strict=True))),
             "findings": [finding.as_json() for finding in self.findings],
             "loader": None if self.loader is None else asdict(self.loader),
-            "compile": {"graph_breaks": list(self.compile.graph_breaks), "recompiles": list(self.compile.recompiles),
-                        "compile_s": self.compile.compile_s, "unavailable": self.compile.unavailable or None},
+            "compile": {**asdict(self.compile), "unavailable": self.compile.unavailable or None},
             "memory": None if self.memory is None else asdict(self.memory),
             "copies": [asdict(row) for row in self.copies],
             "real_syncs": (f"not measured: {self.no_gpu}" if self.real_syncs is None
