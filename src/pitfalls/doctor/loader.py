@@ -26,7 +26,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter, _MultiProcessingDat
 
 from pitfalls.probes.sites import SourceLine, locate_dispatch, source_line
 
-__all__ = ["LoaderStart", "LoaderWatch", "no_modes"]
+__all__ = ["LoaderStart", "LoaderWatch"]
 
 
 @contextlib.contextmanager
