@@ -16,12 +16,11 @@ from __future__ import annotations
 import ast
 import json
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from linecache import getline
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pitfalls.doctor.report import DoctorReport
 
@@ -32,7 +31,16 @@ FORMAT = "pitfalls doctor baseline 1"
 SCRIPT = "<script>"
 # Counts per step are ratios of whole counts over the scanned steps: equal ones compare equal, up to rounding.
 _SAME = 1e-9
-_Key = tuple[str, str, str, str, str]  # kind, what, file, function, code
+
+
+class _Key(NamedTuple):
+    """What a baseline entry is, whatever its line number."""
+
+    kind: str
+    what: str
+    file: str
+    function: str
+    code: str
 
 
 class BaselineError(ValueError):
@@ -132,33 +140,30 @@ def _file(path: str | None, script: str) -> str:
     return resolved.relative_to(folder).as_posix() if resolved.is_relative_to(folder) else path
 
 
-def _found(report: DoctorReport) -> Iterator[tuple[_Key, int | None, float | None]]:
-    """Every gated thing of a run: (key, line, count per step)."""
-    script = report.script
-    for f in report.findings:
-        if f.kind in ("sync", "rule"):
-            what = f.rule if f.kind == "rule" else f.title
-            function = f.function or (function_at(f.path, f.line) if f.path and f.line else "")
-            yield (f.kind, what, _file(f.path, script), function, f.code), f.line, f.per_step or 0.0
-    for c in report.copies:
-        what = f"{c.call} {c.direction}, {'pinned' if c.pinned else 'pageable'}, " \
-               f"{'blocking' if c.blocking else 'non-blocking'}"
-        yield ("copy", what, _file(c.path, script), c.function, c.code), c.line, c.per_step
-    for b in report.compile.graph_breaks:
-        path, line = b["path"], b["line"]
-        yield (("graph break", b["reason"], _file(path, script), function_at(path, line), getline(path, line).strip()),
-               line, None)
-
-
 def entries(report: DoctorReport) -> dict[_Key, tuple[int | None, float | None]]:
     """What a run found, by key: (a line, the count per step, summed over identical lines; None for a break)."""
     found: dict[_Key, tuple[int | None, float | None]] = {}
-    for key, line, count in _found(report):
+
+    def add(kind: str, what: str, path: str | None, function: str, code: str, line: int | None,
+            count: float | None) -> None:
+        key = _Key(kind, what, _file(path, report.script), function, code)
         if key in found:
             first, total = found[key]
             found[key] = (first, None if count is None or total is None else total + count)
         else:
             found[key] = (line, count)
+
+    for f in report.findings:
+        if f.kind in ("sync", "rule"):
+            function = f.function or (function_at(f.path, f.line) if f.path and f.line else "")
+            add(f.kind, f.rule if f.kind == "rule" else f.title, f.path, function, f.code, f.line, f.per_step or 0.0)
+    for c in report.copies:
+        what = f"{c.call} {c.direction}, {'pinned' if c.pinned else 'pageable'}, " \
+               f"{'blocking' if c.blocking else 'non-blocking'}"
+        add("copy", what, c.path, c.function, c.code, c.line, c.per_step)
+    for b in report.compile.graph_breaks:
+        path, line = b["path"], b["line"]
+        add("graph break", b["reason"], path, function_at(path, line), getline(path, line).strip(), line, None)
     return found
 
 
@@ -168,8 +173,7 @@ def save(report: DoctorReport, path: Path) -> None:
     Raises:
         BaselineError: the file cannot be written.
     """
-    rows = [{"kind": k[0], "what": k[1], "file": k[2], "function": k[3], "code": k[4], "per_step": count}
-            for k, (_line, count) in sorted(entries(report).items(), key=lambda item: item[0])]
+    rows = [{**key._asdict(), "per_step": count} for key, (_line, count) in sorted(entries(report).items())]
     data = {"format": FORMAT, "scanned_steps": report.steps.scanned, "entries": rows}
     try:
         path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
@@ -196,7 +200,7 @@ def load(path: Path) -> dict[_Key, float | None]:
     saved: dict[_Key, float | None] = {}
     for row in data["entries"]:
         try:
-            saved[(row["kind"], row["what"], row["file"], row["function"], row["code"])] = row["per_step"]
+            saved[_Key(*(row[name] for name in _Key._fields))] = row["per_step"]
         except (KeyError, TypeError):
             raise BaselineError(f"--baseline {str(path)!r} has an entry without kind, what, file, function, code "
                                 f"and per_step: {row!r}") from None

@@ -18,7 +18,8 @@ from pitfalls.doctor.report import DoctorReport
 from pitfalls.doctor.run import run_doctor
 from pitfalls.doctor.script import ScriptError
 from pitfalls.doctor.settings import parse_setting
-from pitfalls.doctor.tries import AUTO, DIGESTS, Tried, choose, cores, try_settings
+from pitfalls.doctor.tries import AUTO, DIGESTS, Tried, choose, try_settings
+from pitfalls.families.loader.workers import usable_cores
 
 __all__ = ["cmd_doctor", "register"]
 
@@ -46,18 +47,13 @@ def _tried(report: DoctorReport, options: DoctorOptions, asked: list[str | dict[
     settings = [setting for setting in asked if isinstance(setting, dict)]
     if AUTO in asked:
         mean_ms = report.step_ms[2] if report.step_ms else None
-        chosen, why = choose(report.loader, mean_ms, not report.no_gpu, cores())
+        chosen, why = choose(report.loader, mean_ms, not report.no_gpu, usable_cores())
         if not chosen and not settings:
             return Tried((), why)
         settings += [setting for setting in chosen if setting not in settings]
     if report.loader is None:
         return Tried((), "the timed steps took no batch from a DataLoader")
     return try_settings(report, options, settings)
-
-
-def _check_save_path(path: Path) -> None:
-    if not path.parent.is_dir():
-        raise baseline.BaselineError(f"--save-baseline {str(path)!r}: its folder {str(path.parent)!r} does not exist")
 
 
 def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
@@ -70,8 +66,10 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
                             digests=DIGESTS if args.tries else 0)
     try:
         saved = baseline.load(Path(args.baseline)) if args.baseline else None
-        if args.save_baseline:
-            _check_save_path(Path(args.save_baseline))
+        save = Path(args.save_baseline) if args.save_baseline else None
+        if save is not None and not save.parent.is_dir():
+            raise baseline.BaselineError(f"--save-baseline {str(save)!r}: its folder {str(save.parent)!r} does not "
+                                         "exist")
         report = run_doctor(args.script, script_args, options, quiet_stdout=args.json)
     except (ScriptError, baseline.BaselineError) as error:
         _stderr(str(error))
@@ -102,13 +100,13 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
             render_gate(gate, console)
     if report.failure is not None and report.failure.traceback:
         print(report.failure.traceback, file=sys.stderr, end="")  # the script's own, from its first frame
-    if args.save_baseline:
+    if save is not None:
         if report.failure is not None:
             _stderr(f"--save-baseline {args.save_baseline!r} not written: the script failed before its steps were "
                     "done")
         else:
             try:
-                baseline.save(report, Path(args.save_baseline))
+                baseline.save(report, save)
             except baseline.BaselineError as error:
                 _stderr(str(error))
                 return 2

@@ -9,18 +9,23 @@
   each recompile during the timed steps, with what compiling cost per step.
 - **memory**: the batch's bytes against its smallest lossless dtypes (`scan_loader.anatomy`); on a GPU the copy
   time the smaller batch would save.
+
+They are ranked by what each costs a step: those whose cost was measured first, the costliest first; those whose
+cost could not be measured (a sync on a CPU: "cost not measurable on a CPU") follow, by how often they happen per
+step. One-off costs are not findings and are never ranked.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from pitfalls.doctor.copies import HOST_TO_DEVICE, CopySite
 from pitfalls.doctor.gpu import Bandwidth
 from pitfalls.doctor.phases import Timed
-from pitfalls.doctor.report import CopyRow, Finding, LoaderFigures
+from pitfalls.doctor.report import CopyRow, Finding, LoaderFigures, line_fields
 from pitfalls.families.loader.verdict import Verdict
 from pitfalls.probes.anatomy import Anatomy
 from pitfalls.probes.compiled import GraphBreakSite, Recompile
@@ -29,7 +34,7 @@ from pitfalls.units import human_bytes
 
 __all__ = [
     "NO_CPU_COST", "compile_findings", "copy_findings", "copy_rows", "loader_figures", "loader_finding",
-    "memory_findings", "sync_findings",
+    "memory_findings", "rank", "sync_findings",
 ]
 
 NO_CPU_COST = "cost not measurable on a CPU"
@@ -43,14 +48,6 @@ _STEP_BOUND_FIX = "nothing to change here: the loader keeps up with the step (st
 _RECOMPILE_FIX = ("give the changing size one value (pad or drop the last partial batch), or compile it dynamic: "
                   "torch._dynamo.mark_dynamic(x, dim) or torch.compile(..., dynamic=True)")
 _BREAK_FIX = "rewrite the line so dynamo can trace it, or move it out of the compiled function"
-
-
-def _where(line: SourceLine | None) -> tuple[str | None, int | None, str]:
-    return (line.path, line.lineno, line.code) if line is not None else (None, None, "")
-
-
-def _function(line: SourceLine | None) -> str:
-    return line.function if line is not None else ""
 
 
 def loader_figures(timed: Timed, anatomy: Anatomy | None) -> LoaderFigures | None:
@@ -73,15 +70,13 @@ def loader_figures(timed: Timed, anatomy: Anatomy | None) -> LoaderFigures | Non
 
 def loader_finding(figures: LoaderFigures, line: SourceLine | None) -> Finding:
     """The loader's wait as a finding."""
-    path, lineno, code = _where(line)
     bound = figures.verdict == "loader-bound"
     return Finding(
-        kind="loader",
+        **line_fields(line), kind="loader",
         title=f"the DataLoader: waits {figures.ms_per_step:.3g} ms a step in next() ({figures.wait_share:.0%} of "
               f"the step): {figures.verdict}",
-        path=path, line=lineno, code=code, per_step=figures.batches_per_step, call_sites=(),
-        ms_per_step=figures.ms_per_step, cost="measured: the wait in next() over the timed steps",
-        function=_function(line),
+        per_step=figures.batches_per_step, ms_per_step=figures.ms_per_step,
+        cost="measured: the wait in next() over the timed steps",
         fix=(_STEP_BOUND_FIX if not bound else _WORKERS_FIX.format(workers=figures.workers) if figures.workers
              else _NO_WORKERS_FIX),
     )
@@ -112,20 +107,16 @@ def sync_findings(located: LocatedHazards | None, steps: int, step_functions: fr
             per_line[(site.line.path, site.line.lineno)] += site.count
     found = []
     for site in located.sites:
-        path, lineno, code = _where(site.line)
-        key = (path or "", lineno or 0)
+        key = (site.line.path, site.line.lineno) if site.line is not None else ("", 0)
         if stalls is None:
             ms, cost = None, NO_CPU_COST
         else:
             # A line's stall is timed as a whole; its hazards of several kinds share it by count.
             ms = stalls.get(key, 0.0) * site.count / per_line[key] if per_line[key] else stalls.get(key, 0.0)
             cost = "measured: the host's wait in the syncing call on the GPU"
-        kind = site.kind
         found.append(Finding(
-            kind="sync", title=kind.op, path=path, line=lineno, code=code,
-            per_step=site.count / steps, call_sites=_call_sites(site, step_functions), ms_per_step=ms, cost=cost,
-            fix=kind.rewrite, function=_function(site.line),
-        ))
+            **line_fields(site.line), kind="sync", title=site.kind.op, per_step=site.count / steps,
+            call_sites=_call_sites(site, step_functions), ms_per_step=ms, cost=cost, fix=site.kind.rewrite))
     return found
 
 
@@ -134,8 +125,8 @@ def copy_rows(copies: Sequence[CopySite], steps: int) -> tuple[CopyRow, ...]:
     if steps == 0:
         return ()
     return tuple(
-        CopyRow(*_where(site.line)[:2], site.call, site.direction, site.pinned, site.blocking, site.count / steps,
-                site.bytes / steps, _where(site.line)[2], _function(site.line))
+        CopyRow(**line_fields(site.line), call=site.call, direction=site.direction, pinned=site.pinned,
+                blocking=site.blocking, per_step=site.count / steps, bytes_per_step=site.bytes / steps)
         for site in copies
     )
 
@@ -147,7 +138,6 @@ def copy_findings(copies: Sequence[CopySite], steps: int, bandwidth: Bandwidth |
     for site in copies:
         if site.blocking or steps == 0:
             continue
-        path, lineno, code = _where(site.line)
         per_step = site.bytes / steps
         memory = "pinned" if site.pinned else "pageable"
         if bandwidth is None:
@@ -166,12 +156,10 @@ def copy_findings(copies: Sequence[CopySite], steps: int, bandwidth: Bandwidth |
         else:
             fix = "copy into a pinned buffer (torch.empty(..., pin_memory=True)) so the copy overlaps the step"
         found.append(Finding(
-            kind="copy", title=f"{site.direction} copy of {human_bytes(per_step)} a step ({site.call}, {memory}, "
-                               "non-blocking)" + (f" of a tensor {site.made_by} made on the host" if site.made_by
-                                                  else ""),
-            path=path, line=lineno, code=code, per_step=site.count / steps, call_sites=(), ms_per_step=ms,
-            cost=cost, fix=fix, function=_function(site.line),
-        ))
+            **line_fields(site.line), kind="copy",
+            title=f"{site.direction} copy of {human_bytes(per_step)} a step ({site.call}, {memory}, non-blocking)"
+                  + (f" of a tensor {site.made_by} made on the host" if site.made_by else ""),
+            per_step=site.count / steps, ms_per_step=ms, cost=cost, fix=fix))
     return found
 
 
@@ -180,9 +168,8 @@ def compile_findings(breaks: Sequence[GraphBreakSite], recompiles: Sequence[Reco
     """Each graph break, and each recompile met during the timed steps, as a finding."""
     found = [
         Finding(kind="compile", title=f"graph break: {b.reason}", path=b.path, line=b.line,
-                code=line_code.get((b.path, b.line), ""), per_step=None, call_sites=(), ms_per_step=None,
-                cost="not measured: what a break costs a step needs the step without it",
-                fix=b.hint or _BREAK_FIX)
+                code=line_code.get((b.path, b.line), ""), fix=b.hint or _BREAK_FIX,
+                cost="not measured: what a break costs a step needs the step without it")
         for b in breaks
     ]
     steps = len(timed.step_s)
@@ -195,8 +182,8 @@ def compile_findings(breaks: Sequence[GraphBreakSite], recompiles: Sequence[Reco
             during.setdefault((r.function, r.path, r.reason), []).append(r)
     for (function, path, reason), seen in during.items():
         found.append(Finding(
-            kind="compile", title=f"recompile of {function}: {reason}", path=path, line=None, code="",
-            per_step=len(seen) / steps, call_sites=(), ms_per_step=sum(r.seconds for r in seen) * 1e3 / steps,
+            kind="compile", title=f"recompile of {function}: {reason}", path=path,
+            per_step=len(seen) / steps, ms_per_step=sum(r.seconds for r in seen) * 1e3 / steps,
             cost="measured: compile seconds during the timed steps", fix=_RECOMPILE_FIX))
     return found
 
@@ -206,7 +193,6 @@ def memory_findings(anatomy: Anatomy | None, batches_per_step: float, line: Sour
     """The batch's bytes against its smallest lossless dtypes, when they are fewer."""
     if anatomy is None or anatomy.bytes_if_smaller >= anatomy.bytes_per_batch:
         return []
-    path, lineno, code = _where(line)
     saved = (anatomy.bytes_per_batch - anatomy.bytes_if_smaller) * batches_per_step
     changes = ", ".join(f"{t.path} {t.dtype} -> {t.smaller_dtype}" for t in anatomy.tensors
                         if t.bytes_if_smaller < t.bytes)
@@ -219,7 +205,34 @@ def memory_findings(anatomy: Anatomy | None, batches_per_step: float, line: Sour
         kind="memory",
         title=f"the batch ships {human_bytes(anatomy.bytes_per_batch)}; {human_bytes(anatomy.bytes_if_smaller)} in its "
               "smallest lossless dtypes",
-        path=path, line=lineno, code=code, per_step=batches_per_step, call_sites=(), ms_per_step=ms, cost=cost,
+        path=line.path if line else None, line=line.lineno if line else None, code=line.code if line else "",
+        per_step=batches_per_step, ms_per_step=ms, cost=cost,
         fix=f"ship smaller dtypes ({changes}) and convert on the device",
     )]
 
+
+def _order(finding: Finding) -> tuple[int, float, str, int]:
+    if finding.ms_per_step is not None:
+        return 0, -finding.ms_per_step, finding.path or "", finding.line or 0
+    per_step = finding.per_step if finding.per_step is not None else -1.0
+    return 1, -per_step, finding.path or "", finding.line or 0
+
+
+def rank(findings: Iterable[Finding], step_ms: float | None) -> tuple[Finding, ...]:
+    """Order findings by cost and number them, each with its share of the step.
+
+    Args:
+        findings: the findings, in any order.
+        step_ms: the mean step time (None when no step was timed: no share is given); the mean, so that the
+            loader's share is its wait share, the wait over the time of the timed steps.
+
+    Returns:
+        The findings, ranked from 1.
+    """
+    return tuple(
+        dataclasses.replace(
+            finding, rank=position,
+            share_of_step=finding.ms_per_step / step_ms if finding.ms_per_step is not None and step_ms else None,
+        )
+        for position, finding in enumerate(sorted(findings, key=_order), start=1)
+    )

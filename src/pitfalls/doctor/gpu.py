@@ -30,14 +30,17 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from pitfalls.doctor.copies import DEVICE_TO_HOST, HOST_TO_DEVICE
 from pitfalls.probes.hostcopy import eager_stance
 from pitfalls.probes.sites import locate_dispatch, locate_dispatch_stack
 from pitfalls.probes.syncs import CUDA_SYNC_WARNING, hazard_label
 
-__all__ = ["BANDWIDTH_BYTES", "Bandwidth", "RealSyncs", "copy_bandwidth"]
+__all__ = ["Bandwidth", "RealSyncs", "copy_bandwidth"]
 
 # 64 MiB: large enough that a copy's fixed latency is a few percent of it.
 BANDWIDTH_BYTES = 64 << 20
+# Timed copies of each kind, after one untimed.
+REPEATS = 3
 _Key = tuple[str, int, str]
 
 
@@ -73,12 +76,10 @@ class RealSyncs:
     """
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter, cuda: Any = None) -> None:
-        self._clock = clock
         self._cuda = cuda if cuda is not None else torch.cuda
         self.syncs: Counter[_Key | None] = Counter()
         self._stall = _StallMode(clock)
         self._stack: contextlib.ExitStack | None = None
-        self._previous_mode: Any = None
         self._passed_on: Callable[..., None] = warnings.showwarning
 
     def _show(self, message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
@@ -100,9 +101,8 @@ class RealSyncs:
             warnings.filterwarnings("always", message=f".*{CUDA_SYNC_WARNING}")
             warnings.showwarning = self._show
             stack.enter_context(self._stall)
-            self._previous_mode = self._cuda.get_sync_debug_mode()
+            stack.callback(self._cuda.set_sync_debug_mode, self._cuda.get_sync_debug_mode())
             self._cuda.set_sync_debug_mode("warn")
-            stack.callback(self._cuda.set_sync_debug_mode, self._previous_mode)
             self._stack = stack.pop_all()
         return self
 
@@ -134,32 +134,28 @@ class Bandwidth:
         return next(rate for d, p, rate in self.rates if d == direction and p == pinned)
 
 
-def copy_bandwidth(device: torch.device, nbytes: int = BANDWIDTH_BYTES, repeats: int = 3) -> Bandwidth:
-    """Time copies of ``nbytes`` both ways, pinned and pageable, with CUDA events (the median of ``repeats``).
+def copy_bandwidth(device: torch.device) -> Bandwidth:
+    """Time copies of `BANDWIDTH_BYTES` both ways, pinned and pageable, with CUDA events (the median of `REPEATS`).
 
     Args:
         device: a CUDA device the script has initialized.
-        nbytes: bytes per copy.
-        repeats: timed copies per kind, after one untimed.
 
     Returns:
         The `Bandwidth`.
     """
-    from pitfalls.doctor.copies import DEVICE_TO_HOST, HOST_TO_DEVICE
-
-    on_device = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    on_device = torch.empty(BANDWIDTH_BYTES, dtype=torch.uint8, device=device)
     rates = []
     for pinned in (False, True):
-        host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
+        host = torch.empty(BANDWIDTH_BYTES, dtype=torch.uint8, pin_memory=pinned)
         for direction, copy in ((HOST_TO_DEVICE, lambda h=host: on_device.copy_(h, non_blocking=True)),
                                 (DEVICE_TO_HOST, lambda h=host: h.copy_(on_device, non_blocking=True))):
             times = []
-            for _ in range(repeats + 1):
+            for _ in range(REPEATS + 1):
                 begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 begin.record()
                 copy()
                 end.record()
                 end.synchronize()
                 times.append(begin.elapsed_time(end) / 1e3)
-            rates.append((direction, pinned, nbytes / statistics.median(times[1:])))
+            rates.append((direction, pinned, BANDWIDTH_BYTES / statistics.median(times[1:])))
     return Bandwidth(str(device), tuple(rates))

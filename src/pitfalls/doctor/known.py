@@ -9,11 +9,12 @@ an asv benchmark: they are not published (``published=False``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
-from pitfalls.doctor.known_rules import rule_checks
+from pitfalls.doctor.known_rules import only_line, rule_checks
 from pitfalls.doctor.known_try import try_checks
 from pitfalls.doctor.options import DoctorOptions
 from pitfalls.doctor.report import DoctorReport, Finding
@@ -46,10 +47,7 @@ def planted_args(device: str = CPU, backend: str = BACKEND) -> list[str]:
 
 def planted_line(text: str) -> int:
     """The line of the planted script that holds ``text`` (exactly one does)."""
-    found = [n for n, line in enumerate(PLANTED_SCRIPT.read_text().splitlines(), start=1) if text in line]
-    if len(found) != 1:
-        raise ValueError(f"{text!r} is on {len(found)} lines of {PLANTED_SCRIPT}, not one")
-    return found[0]
+    return only_line(text, PLANTED_SCRIPT)
 
 
 def run_planted(device: str = CPU, options: DoctorOptions | None = None) -> DoctorReport:
@@ -123,27 +121,23 @@ def _steps(device: str) -> Reading:
 def doctor_checks() -> tuple[Check, ...]:
     """The doctor's rows of the calibration table (the planted training script's, then the rules'; not
     published)."""
-    def row(name: str, instruments: tuple[str, ...], unit: str, tolerance: float,
-            measure: Callable[[str], Reading], absolute: bool, why: str) -> Check:
-        return Check(name, instruments, unit, tolerance, measure, device=CPU, absolute=absolute, published=False,
-                     why=why)
-
+    row = partial(Check, published=False)
     return (
         _sync_check("doctor: .item() on one line, 1 a step", ITEM),
         _sync_check("doctor: nonzero on another, 1 a step", NONZERO),
         _sync_check("doctor: a helper's sync at its call site, 1 a step", HELPER, (SYNC_LINES, CALL_SITES)),
         _sync_check("doctor: .tolist() every fifth step, 0.2 a step", TOLIST),
         _sync_check("doctor: AdamW's step, no sync", OPTIMIZER),
-        row("doctor: loader wait of a planted sleep", (LOADER_WAIT,), "ms", 0.10, _loader_wait, False,
-            f"{BATCH} items of {ITEM_MS:g} ms each, no workers: the wait is the sleeps plus the loader's own "
+        row("doctor: loader wait of a planted sleep", (LOADER_WAIT,), "ms", 0.10, _loader_wait,
+            why=f"{BATCH} items of {ITEM_MS:g} ms each, no workers: the wait is the sleeps plus the loader's own "
             "work (about 2 % here)"),
-        row("doctor: one planted graph break", (GRAPH_BREAKS,), "breaks", 0.0, _graph_breaks, True,
-            "one torch._dynamo.graph_break() in the compiled function"),
-        row("doctor: a second shape recompiles", (RECOMPILES,), "functions", 0.0, _recompiled, True,
-            "the compiled function is called with half the batch too: it, and its frame resumed after the "
+        row("doctor: one planted graph break", (GRAPH_BREAKS,), "breaks", 0.0, _graph_breaks, absolute=True,
+            why="one torch._dynamo.graph_break() in the compiled function"),
+        row("doctor: a second shape recompiles", (RECOMPILES,), "functions", 0.0, _recompiled, absolute=True,
+            why="the compiled function is called with half the batch too: it, and its frame resumed after the "
             "break, compile again"),
-        row("doctor: an endless loop stops after its steps", (STEPS,), "steps", 0.0, _steps, True,
-            "while True over 10**6 items: warm-up, timed, one before the scan and scanned steps, then stopped"),
+        row("doctor: an endless loop stops after its steps", (STEPS,), "steps", 0.0, _steps, absolute=True,
+            why="while True over 10**6 items: warm-up, timed, one before the scan and scanned steps, then stopped"),
         *rule_checks(),
         *try_checks(),
     )

@@ -19,8 +19,8 @@ from pitfalls.doctor.run import run_doctor
 from pitfalls.known.one_run import OneRun
 from pitfalls.known.table import CPU, CUDA, Check, Reading
 
-__all__ = ["PLANTED", "RIGHT", "RULES_SCRIPT", "Planted", "at_planted", "lines_marked", "on_right_lines", "rule_checks",
-           "run_rules"]
+__all__ = ["PLANTED", "RULES_SCRIPT", "Planted", "at_planted", "lines_marked", "on_right_lines", "only_line",
+           "rule_checks", "run_rules"]
 
 RULES_SCRIPT = Path(__file__).resolve().parent / "planted" / "rules.py"
 # Rules need no timing: a few steps, the scanned ones as many as the doctor's default.
@@ -71,10 +71,11 @@ def lines_marked(text: str, script: Path = RULES_SCRIPT) -> list[int]:
     return [n for n, line in enumerate(script.read_text().splitlines(), start=1) if text in line]
 
 
-def _line(text: str) -> int:
-    found = lines_marked(text)
+def only_line(text: str, script: Path = RULES_SCRIPT) -> int:
+    """The line of ``script`` that holds ``text`` (exactly one does)."""
+    found = lines_marked(text, script)
     if len(found) != 1:
-        raise ValueError(f"{text!r} is on {len(found)} lines of {RULES_SCRIPT}, not one")
+        raise ValueError(f"{text!r} is on {len(found)} lines of {script}, not one")
     return found[0]
 
 
@@ -86,7 +87,7 @@ def _matches(finding: Finding, planted: Planted) -> bool:
 
 def at_planted(report: DoctorReport, planted: Planted) -> list[Finding]:
     """The findings of a planted rule at its line."""
-    line = _line(planted.text)
+    line = only_line(planted.text)
     return [f for f in report.findings if f.path == str(RULES_SCRIPT) and f.line == line and _matches(f, planted)]
 
 
@@ -113,7 +114,7 @@ def _planted_row(planted: Planted, device: str) -> Check:
         report = _RUN.take(name, on)
         found = at_planted(report, planted)
         return Reading(1.0, float(len(found)), "; ".join(f.title for f in found) or f"none at line "
-                                                                                     f"{_line(planted.text)}")
+                                                                                     f"{only_line(planted.text)}")
 
     return Check(name, (RULE_FINDINGS,), "findings", 0.0, measure, device=device, absolute=True, published=False,
                  why="one planted on its line: exactly one finding there")
@@ -134,9 +135,6 @@ def _right_row(device: str) -> Check:
 
 def rule_checks() -> tuple[Check, ...]:
     """The rules' rows: each planted rule and the right-thing lines, on the CPU; the GPU's rules on CUDA."""
-    rows: list[Check] = [_planted_row(p, CPU) for p in PLANTED]
-    rows.append(_right_row(CPU))
-    rows += [_planted_row(p, CUDA) for p in PLANTED if p.cuda]
-    rows.append(_right_row(CUDA))
-    return tuple(rows)
+    return (*(_planted_row(p, CPU) for p in PLANTED), _right_row(CPU),
+            *(_planted_row(p, CUDA) for p in PLANTED if p.cuda), _right_row(CUDA))
 

@@ -13,7 +13,6 @@ waits for a free core per process (`pitfalls.known.other_work`) and says what ra
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from pitfalls.doctor.tries import DIGESTS, Tried, TryRow, try_settings
 from pitfalls.families.loader import probes, timing_checks
 from pitfalls.known.one_run import OneRun
 from pitfalls.known.other_work import Conditions, on_free_cores
-from pitfalls.known.table import CPU, Check, Reading
+from pitfalls.known.table import Check, Reading
 
 __all__ = ["BATCH", "ITEM_MS", "LOADER_SCRIPT", "SETTING", "STEP_MS", "TOLERANCE", "WORKERS", "family_speedup",
            "loader_args", "try_checks", "try_planted"]
@@ -67,12 +66,8 @@ def family_speedup() -> float:
     return rates[1] / rates[0]
 
 
-def _tried_and_family() -> tuple[Tried, float]:
-    return try_planted(), family_speedup()
-
-
 def _alone() -> tuple[tuple[Tried, float], Conditions]:
-    return on_free_cores(_tried_and_family, WORKERS + 1)
+    return on_free_cores(lambda: (try_planted(), family_speedup()), WORKERS + 1)
 
 
 _RUN: OneRun[tuple[tuple[Tried, float], Conditions]] = OneRun(_alone)
@@ -117,18 +112,15 @@ def _augmented(_device: str) -> Reading:
 
 def try_checks() -> tuple[Check, ...]:
     """The rows of `--try loader` (CPU; not published)."""
-    def row(name: str, instrument: str, unit: str, tolerance: float, measure: Callable[[str], Reading],
-            absolute: bool, why: str) -> Check:
-        return Check(name, (instrument,), unit, tolerance, measure, device=CPU, absolute=absolute, published=False,
-                     why=why)
-
+    row = partial(Check, published=False)
     return (
-        row(f"doctor --try: speedup with {WORKERS} workers, against the loader family's samples/s", TRY_SPEEDUP,
-            "x", TOLERANCE, _speedup, False, "the same plant timed by the trial and by the family's routine"),
-        row(f"doctor --try: the wait drops with {WORKERS} workers", TRY_WAIT, "yes", 0.0, _wait_drops, True,
-            "two workers each make a batch while the step runs"),
-        row(f"doctor --try: the batches with {WORKERS} workers are the script's", TRY_BATCHES, "yes", 0.0,
-            _same_batches, True, "the sampler draws from the main process's generator, with or without workers"),
-        row("doctor --try: an augmentation from each worker's seed changes the batches", TRY_BATCHES, "yes", 0.0,
-            _augmented, True, "torch.rand in a worker draws from that worker's seed"),
+        row(f"doctor --try: speedup with {WORKERS} workers, against the loader family's samples/s", (TRY_SPEEDUP,),
+            "x", TOLERANCE, _speedup, why="the same plant timed by the trial and by the family's routine"),
+        row(f"doctor --try: the wait drops with {WORKERS} workers", (TRY_WAIT,), "yes", 0.0, _wait_drops,
+            absolute=True, why="two workers each make a batch while the step runs"),
+        row(f"doctor --try: the batches with {WORKERS} workers are the script's", (TRY_BATCHES,), "yes", 0.0,
+            _same_batches, absolute=True,
+            why="the sampler draws from the main process's generator, with or without workers"),
+        row("doctor --try: an augmentation from each worker's seed changes the batches", (TRY_BATCHES,), "yes", 0.0,
+            _augmented, absolute=True, why="torch.rand in a worker draws from that worker's seed"),
     )

@@ -2,47 +2,55 @@
 
 `DataLoader.__iter__` (where workers start) and `_BaseDataLoaderIter.__next__` (what ``for batch in loader``
 calls; every iterator kind inherits it) are wrapped for the run and restored after it. Workers start, and the
-loader's own work runs, with no instrument on (`modes.no_modes`): a worker started by fork copies this process as
-it is, and a dataset's host code is not the training step's. Every iterator with workers is kept (weakly), so the
+loader's own work runs, with no instrument on (`no_modes`: the torch function and dispatch modes on the stack
+popped, then pushed back): a worker started by fork copies this process as it is, mode stacks included, and a
+dataset's host code is not the training step's. Every iterator with workers is kept (weakly), so the
 doctor can shut its workers down however the script ended.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+from torch.overrides import _pop_mode, _push_mode
+from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _MultiProcessingDataLoaderIter
 
-from pitfalls.doctor.modes import no_modes
 from pitfalls.probes.sites import SourceLine, locate_dispatch, source_line
 
 __all__ = ["LoaderStart", "LoaderWatch"]
 
 
+@contextlib.contextmanager
+def no_modes() -> Iterator[None]:
+    """Run the block with no torch function mode and no dispatch mode; the stacks are as they were after it."""
+    functions = []
+    while torch._C._len_torch_function_stack() > 0:
+        functions.append(_pop_mode())
+    try:
+        with _disable_current_modes():
+            yield
+    finally:
+        for mode in reversed(functions):
+            _push_mode(mode)
+
+
 @dataclass(frozen=True)
 class LoaderStart:
-    """The first iterator's start, a one-off cost.
-
-    Attributes:
-        workers: its workers.
-        start_s: seconds ``iter(loader)`` took (the workers' start, with workers).
-        first_batch_s: seconds from ``iter(loader)`` to its first batch.
-    """
+    """The first iterator's start, a one-off cost: its workers, the seconds ``iter(loader)`` took (the workers'
+    start, with workers) and the seconds from ``iter(loader)`` to its first batch."""
 
     workers: int
     start_s: float
     first_batch_s: float | None
-
-
-def _caller_line() -> SourceLine | None:
-    """The script's line that asked for the batch (the innermost frame outside torch and the doctor)."""
-    return source_line(locate_dispatch()[0])
 
 
 class LoaderWatch:
@@ -53,25 +61,18 @@ class LoaderWatch:
         arrived: called with the seconds waited in ``next()``, the loader's workers, the batch, and whether its
             loader asked for pinned memory (``pin_memory=True``, which pins nothing without an accelerator).
         quiet: says whether an instrument is on, so that the loader's own work must run without it.
-        clock: seconds as a float.
     """
 
-    def __init__(
-        self,
-        asked: Callable[[], None],
-        arrived: Callable[[float, int, Any, bool], None],
-        quiet: Callable[[], bool],
-        clock: Callable[[], float] = time.perf_counter,
-    ) -> None:
+    def __init__(self, asked: Callable[[], None], arrived: Callable[[float, int, Any, bool], None],
+                 quiet: Callable[[], bool]) -> None:
         self._asked = asked
         self._arrived = arrived
         self._quiet = quiet
-        self._clock = clock
         self._iterators: weakref.WeakSet[_MultiProcessingDataLoaderIter] = weakref.WeakSet()
         self._pinning: weakref.WeakSet[_BaseDataLoaderIter] = weakref.WeakSet()
         self._saved: tuple[Any, Any] | None = None
         self.start: LoaderStart | None = None
-        self._first_start: tuple[int, float, float] | None = None
+        self._first = (0, 0.0)  # the first iterator's id and when iter(loader) began
         self.line: SourceLine | None = None
 
     def __enter__(self) -> LoaderWatch:
@@ -80,24 +81,31 @@ class LoaderWatch:
         self._saved = (original_iter, original_next)
 
         def __iter__(loader: DataLoader) -> Any:  # noqa: N807 (the method it stands in for)
-            began = watch._clock()
+            began = time.perf_counter()
             with no_modes():
                 iterator = original_iter(loader)
-            if loader.pin_memory and isinstance(iterator, _BaseDataLoaderIter):
-                watch._pinning.add(iterator)
-            watch._iterator_started(iterator, began)
+            if isinstance(iterator, _MultiProcessingDataLoaderIter):
+                watch._iterators.add(iterator)
+            if isinstance(iterator, _BaseDataLoaderIter):
+                if loader.pin_memory:
+                    watch._pinning.add(iterator)
+                if watch.start is None:
+                    watch._first = (id(iterator), began)
+                    watch.start = LoaderStart(_workers(iterator), time.perf_counter() - began, None)
             return iterator
 
         def __next__(iterator: _BaseDataLoaderIter) -> Any:  # noqa: N807
             watch._asked()
-            if watch.line is None:
-                watch.line = _caller_line()
-            began = watch._clock()
-            guard = no_modes() if watch._quiet() else contextlib.nullcontext()
-            with guard:
+            if watch.line is None:  # the script's line that asks for the batches
+                watch.line = source_line(locate_dispatch()[0])
+            began = time.perf_counter()
+            with no_modes() if watch._quiet() else contextlib.nullcontext():
                 batch = original_next(iterator)
-            waited = watch._clock() - began
-            watch._batch_arrived(iterator, waited, batch)
+            waited = time.perf_counter() - began
+            start = watch.start
+            if start is not None and start.first_batch_s is None and watch._first[0] == id(iterator):
+                watch.start = dataclasses.replace(start, first_batch_s=time.perf_counter() - watch._first[1])
+            watch._arrived(waited, _workers(iterator), batch, iterator in watch._pinning)
             return batch
 
         DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
@@ -109,28 +117,11 @@ class LoaderWatch:
             DataLoader.__iter__, _BaseDataLoaderIter.__next__ = self._saved  # type: ignore[method-assign]
             self._saved = None
 
-    def _iterator_started(self, iterator: Any, began: float) -> None:
-        if isinstance(iterator, _MultiProcessingDataLoaderIter):
-            self._iterators.add(iterator)
-        if self._first_start is None and isinstance(iterator, _BaseDataLoaderIter):
-            self._first_start = (id(iterator), began, self._clock() - began)
-            self.start = LoaderStart(_workers(iterator), self._first_start[2], None)
-
-    def _batch_arrived(self, iterator: _BaseDataLoaderIter, waited: float, batch: Any) -> None:
-        first = self._first_start
-        if first is not None and first[0] == id(iterator) and self.start is not None \
-                and self.start.first_batch_s is None:
-            self.start = LoaderStart(self.start.workers, self.start.start_s, self._clock() - first[1])
-        self._arrived(waited, _workers(iterator), batch, iterator in self._pinning)
-
-    def shut_down(self) -> int:
-        """Shut down the workers of every iterator the script left behind; returns how many iterators had any."""
-        stopped = 0
+    def shut_down(self) -> None:
+        """Shut down the workers of every iterator the script left behind."""
         for iterator in list(self._iterators):
             if getattr(iterator, "_workers", None):
                 iterator._shutdown_workers()
-                stopped += 1
-        return stopped
 
 
 def _workers(iterator: object) -> int:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["BRIDGE_STEPS", "DEFAULT_BUDGET_S", "DEFAULT_MEMORY", "DEFAULT_SCANNED", "DEFAULT_STEPS", "DEFAULT_WARMUP",
-           "DoctorOptions"]
+__all__ = ["DEFAULT_BUDGET_S", "DEFAULT_SCANNED", "DEFAULT_STEPS", "DEFAULT_WARMUP", "DoctorOptions"]
 
 DEFAULT_WARMUP = 3
 DEFAULT_STEPS = 10
@@ -17,11 +16,6 @@ DEFAULT_BUDGET_S = 300.0
 # The step before the scan runs under the provenance record: what the first scanned step reads and its previous
 # step made (a batch fetched ahead, before the step's end) is then known for what it is.
 BRIDGE_STEPS = 1
-
-
-def _check_count(name: str, value: object, least: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ValueError(f"{name}={value!r} is not allowed; it must be an int >= {least}")
 
 
 @dataclass(frozen=True)
@@ -51,11 +45,10 @@ class DoctorOptions:
     digests: int = 0
 
     def __post_init__(self) -> None:
-        _check_count("warmup", self.warmup, 1)
-        _check_count("steps", self.steps, 1)
-        _check_count("scanned", self.scanned, 1)
-        _check_count("memory", self.memory, 1)
-        _check_count("digests", self.digests, 0)
+        for name, least in (("warmup", 1), ("steps", 1), ("scanned", 1), ("memory", 1), ("digests", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{name}={value!r} is not allowed; it must be an int >= {least}")
         budget = self.budget_s
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
             raise ValueError(f"budget_s={budget!r} is not allowed; it must be a number of seconds > 0")

@@ -27,9 +27,8 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from torch.utils._pytree import tree_map
@@ -46,8 +45,7 @@ from pitfalls.probes.hostcopy import Provenance, keep_provenance
 from pitfalls.probes.sites import HazardLocator, LocatedHazards
 from pitfalls.result import Unavailable
 
-__all__ = ["ANATOMY_BATCHES", "BRIDGE", "DONE", "GPU", "MEMORY", "MEMORY_INTERVAL_S", "SCANNED", "SETUP", "TIMED",
-           "WARMUP", "Phases", "Timed"]
+__all__ = ["Phases", "Timed"]
 
 SETUP, WARMUP, TIMED, MEMORY, BRIDGE = "setup", "warm-up", "timed", "memory", "before the scan"
 SCANNED, GPU, DONE = "scanned", "gpu", "done"
@@ -108,16 +106,11 @@ class Phases:
     Args:
         options: the steps of each phase.
         definitions: where the script made its optimizers and convolutions (the rules name those lines).
-        clock: seconds as a float, for step times.
-        wall: wall time, as compilation metrics stamp it.
     """
 
-    def __init__(self, options: DoctorOptions, definitions: Definitions, clock: Callable[[], float] = time.perf_counter,
-                 wall: Callable[[], float] = time.time) -> None:
+    def __init__(self, options: DoctorOptions, definitions: Definitions) -> None:
         self.options = options
         self.definitions = definitions
-        self._clock = clock
-        self._wall = wall
         self.phase = SETUP
         self.provenance = Provenance()
         self.timed = Timed()
@@ -133,7 +126,7 @@ class Phases:
         self.anatomy_batches: list[Any] = []
         self.digests: list[str] = []
         self.first_step_s: float | None = None
-        self.began = clock()
+        self.began = time.perf_counter()
         self._stack: contextlib.ExitStack | None = None
         self._instruments: dict[str, Any] = {}
         self._state_record: contextlib.ExitStack | None = None
@@ -213,110 +206,83 @@ class Phases:
         self.phase = WARMUP
         self._enter(keep=keep_provenance(self.provenance))
 
-    def _start_timed(self) -> None:
-        self.phase = TIMED
-        self.on_cuda = _cuda()
-        self.timed.began = self._wall()
-        if self.on_cuda:
-            torch.cuda.reset_peak_memory_stats()
-        self._wait, self._batches = 0.0, 0
-
-    def _timed_step(self) -> None:
-        self.timed.step_s.append(self._clock() - self._last)
-        self.timed.wait_s.append(self._wait)
-        self.timed.batches.append(self._batches)
-        self._wait, self._batches = 0.0, 0
-        if self.on_cuda:
-            self.timed.cuda_peaks.append(int(torch.cuda.max_memory_allocated()))
-            torch.cuda.reset_peak_memory_stats()
-
-    def _stop_timed(self) -> None:
-        self.timed.ended = self._wall()
-
-    def _start_memory(self) -> None:
-        self.phase = MEMORY
-        self._enter(memory=GroupMemorySampler(os.getpid(), interval_s=MEMORY_INTERVAL_S))
-
-    def _stop_memory(self, steps: int) -> None:
-        sampler = self._leave().get("memory")
-        if isinstance(sampler, GroupMemorySampler):
-            self.group_memory = sampler.result
-            self.memory_steps = steps
-
-    def _start_scan(self) -> None:
-        self.phase = SCANNED
-        self.on_cuda = _cuda()
-        self._enter(locator=HazardLocator(provenance=self.provenance),
-                    copies=CopyRecorder(self.provenance, real_devices=self.on_cuda),
-                    rules=RuleWatch(self.definitions, self.provenance))
-
-    def _stop_scan(self, steps: int) -> None:
+    def _stop(self, steps: int) -> None:
+        """Leave the phase's instruments, keeping what they measured; ``steps``: the steps done so far."""
         instruments = self._leave()
-        self.scanned_steps = steps
-        self.located = instruments["locator"].result
-        self.copies = instruments["copies"].sites
-        self.rules = instruments["rules"]
+        if self.phase == TIMED:
+            self.timed.ended = time.time()
+        elif self.phase == MEMORY and isinstance(instruments.get("memory"), GroupMemorySampler):
+            self.group_memory = instruments["memory"].result
+            self.memory_steps = steps - self._memory_from
+        elif self.phase == SCANNED:
+            self.scanned_steps = steps - self._scan_from
+            self.located = instruments["locator"].result
+            self.copies = instruments["copies"].sites
+            self.rules = instruments["rules"]
+        elif self.phase == GPU:
+            self.real = instruments["real"]
+            self.gpu_steps = steps - self._scan_to
 
-    def _start_gpu(self) -> None:
-        self.phase = GPU
-        self._enter(real=RealSyncs(self._clock))
-
-    def _stop_gpu(self, steps: int) -> None:
-        self.real = self._leave()["real"]
-        self.gpu_steps = steps
+    def _done(self, steps: int) -> NoReturn:
+        self.phase = DONE
+        raise StopRun(f"its {steps} steps are done")
 
     def step_ended(self, steps: int) -> None:
         """``steps`` steps are done: record, move on, or stop the run with `StopRun`."""
         if self.phase == TIMED and self.on_cuda:
             torch.cuda.synchronize()  # the step's device work is part of its time
-        now = self._clock()
+        now = time.perf_counter()
         if steps == 1:
             self.first_step_s = now - self.began
             self._leave()  # the first step's provenance is kept; the warm-up goes on without instruments
         if self.phase == TIMED:
-            self._timed_step()
+            self.timed.step_s.append(now - self._last)
+            self.timed.wait_s.append(self._wait)
+            self.timed.batches.append(self._batches)
+            if self.on_cuda:
+                self.timed.cuda_peaks.append(int(torch.cuda.max_memory_allocated()))
+                torch.cuda.reset_peak_memory_stats()
         if steps == self._timed_from:
-            self._start_timed()
+            self.phase = TIMED
+            self.on_cuda = _cuda()
+            self.timed.began = time.time()
+            if self.on_cuda:
+                torch.cuda.reset_peak_memory_stats()
+        self._wait, self._batches = 0.0, 0
         if steps == self._memory_from:
-            self._stop_timed()
+            self._stop(steps)
             if self.options.trial:
-                self.phase = DONE
-                raise StopRun(f"its {steps} steps are done")
+                self._done(steps)
             if self.on_cuda:  # the allocator's peaks came with the timed steps
                 self._from_bridge(steps)
             else:
-                self._start_memory()
+                self.phase = MEMORY
+                self._enter(memory=GroupMemorySampler(os.getpid(), interval_s=MEMORY_INTERVAL_S))
         if steps == self._bridge_from:
             if self.phase == MEMORY:
-                self._stop_memory(self.options.memory)
+                self._stop(steps)
             self.phase = BRIDGE
             self._enter(keep=keep_provenance(self.provenance))
         if steps == self._scan_from:
             self._leave()
-            self._start_scan()
+            self.phase = SCANNED
+            self.on_cuda = _cuda()
+            self._enter(locator=HazardLocator(provenance=self.provenance),
+                        copies=CopyRecorder(self.provenance, real_devices=self.on_cuda),
+                        rules=RuleWatch(self.definitions, self.provenance))
         if steps == self._scan_to:
-            self._stop_scan(self.options.scanned)
+            self._stop(steps)
             if not _cuda():
-                self.phase = DONE
-                raise StopRun(f"its {steps} steps are done")
-            self._start_gpu()
+                self._done(steps)
+            self.phase = GPU
+            self._enter(real=RealSyncs(time.perf_counter))
         if steps == self._gpu_to:
-            self._stop_gpu(self.options.scanned)
-            self.phase = DONE
-            raise StopRun(f"its {steps} steps are done")
-        self._last = self._clock()
+            self._stop(steps)
+            self._done(steps)
+        self._last = time.perf_counter()
 
     def finish(self, steps: int) -> None:
         """Leave whatever phase a stopped or failed run was in, keeping what it measured over its whole steps."""
         self._leave_state_record()  # an optimizer's step that raised
-        if self.phase == TIMED:
-            self._stop_timed()
-        elif self.phase == MEMORY:
-            self._stop_memory(max(steps - self._memory_from, 0))
-        elif self.phase == SCANNED:
-            self._stop_scan(max(steps - self._scan_from, 0))
-        elif self.phase == GPU:
-            self._stop_gpu(max(steps - self._scan_to, 0))
-        else:
-            self._leave()
+        self._stop(steps)
         self.phase = DONE

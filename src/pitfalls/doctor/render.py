@@ -16,19 +16,12 @@ from pitfalls.units import human_bytes
 __all__ = ["render", "render_gate", "render_tried"]
 
 
-def _shown(path: str, bases: tuple[Path, ...]) -> str:
-    """A path relative to the first of ``bases`` that holds it, else as it is."""
-    resolved = Path(path).resolve()
-    for base in bases:
-        if resolved.is_relative_to(base):
-            return str(resolved.relative_to(base))
-    return path
-
-
 def _where(path: str | None, line: int | None, bases: tuple[Path, ...]) -> str:
+    """``path:line``, the path relative to the first of ``bases`` that holds it."""
     if path is None:
         return "-"
-    shown = _shown(path, bases)
+    resolved = Path(path).resolve()
+    shown = next((str(resolved.relative_to(base)) for base in bases if resolved.is_relative_to(base)), path)
     return f"{shown}:{line}" if line is not None else shown
 
 

@@ -2,27 +2,35 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
+
+from pitfalls.probes.sites import SourceLine
 
 __all__ = [
     "CompileFigures", "CopyRow", "DoctorReport", "Failure", "Finding", "LoaderFigures", "MemoryFigures",
-    "CPU_SCRIPT", "NOT_MEASURED_NO_GPU", "NO_GPU", "OneOff", "RealSyncRow", "StepsDone",
+    "CPU_SCRIPT", "NO_GPU", "OneOff", "RealSyncRow", "StepsDone", "line_fields",
 ]
 
 NO_GPU = "no GPU"
-NOT_MEASURED_NO_GPU = f"not measured: {NO_GPU}"
 # Where a GPU is present but the script never initialized CUDA, its figures are not measured for that reason.
 CPU_SCRIPT = "the script used no GPU"
-KINDS = ("loader", "sync", "copy", "compile", "memory", "rule")
 
 
-@dataclass(frozen=True)
+def line_fields(line: SourceLine | None) -> dict[str, Any]:
+    """The fields of a finding or a copy row that name the script's line (None and "" where none can be named)."""
+    if line is None:
+        return {"path": None, "line": None, "code": "", "function": ""}
+    return {"path": line.path, "line": line.lineno, "code": line.code, "function": line.function}
+
+
+@dataclass(frozen=True, kw_only=True)
 class Finding:
-    """One cost of the step, with its fix.
+    """One cost of the step, with its fix; its fields in the order of its JSON entry.
 
     Attributes:
-        kind: one of `KINDS`.
+        rank: its place in the report (1: the costliest).
+        kind: "loader", "sync", "copy", "compile", "memory" or "rule".
         title: what it is, in a few words.
         path: the script's file where it is (None when no line can be named).
         line: the line.
@@ -31,38 +39,32 @@ class Finding:
             reads 0.2), or None when it is not counted per step.
         call_sites: for a line inside a helper, the lines of the step that reached it, most used first.
         ms_per_step: its estimated cost per step, or None when it could not be measured (``cost`` says why).
+        share_of_step: ``ms_per_step`` over the mean step time (the loader's is its wait share).
         cost: how the cost was measured, or why it was not.
         fix: the change that removes it.
-        rank: its place in the report (1: the costliest).
-        share_of_step: ``ms_per_step`` over the mean step time (the loader's is its wait share).
         rule: for a finding of kind "rule", the rule's name (`pitfalls.doctor.rules.RULES`); else "".
         function: the function the line is in ("" when not known).
     """
 
+    rank: int = 0
     kind: str
     title: str
-    path: str | None
-    line: int | None
-    code: str
-    per_step: float | None
-    call_sites: tuple[tuple[str, int], ...]
-    ms_per_step: float | None
+    path: str | None = None
+    line: int | None = None
+    code: str = ""
+    per_step: float | None = None
+    call_sites: tuple[tuple[str, int], ...] = ()
+    ms_per_step: float | None = None
+    share_of_step: float | None = None
     cost: str
     fix: str
-    rank: int = 0
-    share_of_step: float | None = None
     rule: str = ""
     function: str = ""
 
     def as_json(self) -> dict[str, Any]:
         """The finding as the JSON report's ``findings`` entry."""
-        return {
-            "rank": self.rank, "kind": self.kind, "title": self.title, "path": self.path, "line": self.line,
-            "code": self.code, "per_step": self.per_step,
-            "call_sites": [{"path": path, "line": line} for path, line in self.call_sites],
-            "ms_per_step": self.ms_per_step, "share_of_step": self.share_of_step, "cost": self.cost, "fix": self.fix,
-            "rule": self.rule or None, "function": self.function or None,
-        }
+        return {**asdict(self), "call_sites": [{"path": path, "line": line} for path, line in self.call_sites],
+                "rule": self.rule or None, "function": self.function or None}
 
 
 @dataclass(frozen=True)
@@ -216,10 +218,8 @@ class DoctorReport:
         memory: peak memory, or None when no step was timed.
         copies: every copy between host and device during the scanned steps.
         real_syncs: per line on a GPU, or None without one.
-        syncs_agree: whether every line's real syncs equal its hazards (None without a GPU).
         bandwidth: copy bandwidth measured on the device, GB/s by kind (empty without a GPU).
         one_off: costs paid once.
-        explained: the share of the mean step that the measured findings explain (None: nothing timed).
         not_measured: each figure that was not measured, and why ("real syncs by line ...: no GPU").
         wall_s: the run's wall seconds.
         no_gpu: why the GPU's figures were not measured (`NO_GPU`, `CPU_SCRIPT`), or "" when they were.
@@ -238,14 +238,24 @@ class DoctorReport:
     memory: MemoryFigures | None
     copies: tuple[CopyRow, ...]
     real_syncs: tuple[RealSyncRow, ...] | None
-    syncs_agree: bool | None
     bandwidth: tuple[tuple[str, float], ...]
     one_off: tuple[OneOff, ...]
-    explained: float | None
     not_measured: tuple[str, ...]
     wall_s: float
     no_gpu: str = NO_GPU
     digests: tuple[str, ...] = ()
+
+    @property
+    def syncs_agree(self) -> bool | None:
+        """Whether every line's real syncs equal its hazards (None without a GPU)."""
+        return None if self.real_syncs is None else all(r.real_per_step == r.hazards_per_step for r in self.real_syncs)
+
+    @property
+    def explained(self) -> float | None:
+        """The share of the mean step that the findings with a measured cost add up to (None: no step timed)."""
+        if self.step_ms is None or not self.step_ms[2]:
+            return None
+        return sum(f.ms_per_step for f in self.findings if f.ms_per_step is not None) / self.step_ms[2]
 
     def finding_at(self, kind: str, path: str, line: int) -> tuple[Finding, ...]:
         """The findings of one kind at one line."""
@@ -253,34 +263,25 @@ class DoctorReport:
 
     def as_json(self) -> dict[str, Any]:
         """The report as plain JSON values (see `pitfalls doctor --json`)."""
-        loader = self.loader
         return {
             "script": self.script,
             "argv": list(self.argv),
-            "steps": {"warmup": self.steps.warmup, "measured": self.steps.measured, "memory": self.steps.memory,
-                      "before_scan": self.steps.before_scan, "scanned": self.steps.scanned, "gpu": self.steps.gpu,
-                      "counted_by": self.steps.counted_by, "total": self.steps.total},
+            "steps": asdict(self.steps),
             "ended": self.ended,
             "error": None if self.failure is None else {"last_line": self.failure.last_line,
                                                         "step": self.failure.step},
             "step_ms": (None if self.step_ms is None
                         else dict(zip(("median", "p90", "mean"), self.step_ms, strict=True))),
             "findings": [finding.as_json() for finding in self.findings],
-            "loader": None if loader is None else {
-                "wait_share": loader.wait_share, "ms_per_step": loader.ms_per_step, "verdict": loader.verdict,
-                "batch_bytes": loader.batch_bytes, "batches_per_step": loader.batches_per_step,
-                "workers": loader.workers, "anatomy": list(loader.anatomy)},
-            "compile": {"graph_breaks": list(self.compile.graph_breaks), "recompiles": list(self.compile.recompiles),
-                        "compile_s": self.compile.compile_s, "unavailable": self.compile.unavailable or None},
-            "memory": None if self.memory is None else {
-                "source": self.memory.source, "peak_bytes": self.memory.peak_bytes,
-                "per_step_bytes": self.memory.per_step_bytes, "detail": self.memory.detail},
-            "copies": [vars(row) for row in self.copies],
+            "loader": None if self.loader is None else asdict(self.loader),
+            "compile": {**asdict(self.compile), "unavailable": self.compile.unavailable or None},
+            "memory": None if self.memory is None else asdict(self.memory),
+            "copies": [asdict(row) for row in self.copies],
             "real_syncs": (f"not measured: {self.no_gpu}" if self.real_syncs is None
-                           else [vars(r) for r in self.real_syncs]),
+                           else [asdict(r) for r in self.real_syncs]),
             "syncs_agree": self.syncs_agree,
             "bandwidth_gb_s": dict(self.bandwidth) if self.bandwidth else f"not measured: {self.no_gpu}",
-            "one_off": [{"what": o.what, "seconds": o.seconds, "detail": o.detail} for o in self.one_off],
+            "one_off": [asdict(o) for o in self.one_off],
             "explained_share": self.explained,
             "not_measured": list(self.not_measured),
             "wall_s": self.wall_s,

@@ -35,7 +35,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from pitfalls.doctor.definitions import Definitions
-from pitfalls.doctor.report import Finding
+from pitfalls.doctor.report import Finding, line_fields
 from pitfalls.probes.hostcopy import Provenance
 from pitfalls.probes.sites import SourceLine, locate_dispatch, source_line
 
@@ -47,15 +47,8 @@ _MATCHER = "PyTorch's profiler pattern matcher (torch.profiler._pattern_matcher)
 
 @dataclass(frozen=True)
 class Rule:
-    """One rule: what it finds, the fix, and whose rule it is.
-
-    Attributes:
-        name: the rule's short name (a finding's ``rule``).
-        finds: what it finds, in a sentence.
-        fix: the change that removes it.
-        source: the peer's rule it follows.
-        where: where the doctor reads it ("CPU or GPU", or what only a GPU shows).
-    """
+    """One rule: its short name (a finding's ``rule``), what it finds, the fix, the peer's rule it follows
+    (``source``), and where the doctor reads it ("CPU or GPU", or what only a GPU shows)."""
 
     name: str
     finds: str
@@ -257,8 +250,23 @@ class RuleWatch:
         """The rules' findings over ``steps`` scanned steps; ``no_cost`` says why their cost is not measured."""
         if steps == 0:
             return []
-        found = [*self._optimizer_findings(steps, no_cost), *self._conv_bias_findings(steps, no_cost)]
-        found += [_finding(ZERO_GRAD, "zero_grad(set_to_none=False)", source_line(key), n / steps, no_cost)
+
+        def finding(rule: Rule, title: str, line: SourceLine | None, count: int) -> Finding:
+            return Finding(**line_fields(line), kind="rule", title=title, per_step=count / steps,
+                           cost=f"not measured: {no_cost}", fix=rule.fix, rule=rule.name)
+
+        found = []
+        for ref, count in self._optimizers.values():
+            optimizer = ref()
+            setting = _tensor_by_tensor(optimizer) if optimizer is not None else ""
+            if setting:
+                found.append(finding(FOREACH, f"{type(optimizer).__name__} runs tensor by tensor on a GPU ({setting})",
+                                     self._definitions.line_of(optimizer), count))
+        for module_id, count in self.conv_bias.items():
+            module = self._convs[module_id]
+            found.append(finding(CONV_BIAS, f"{type(module).__name__} with a bias straight into a BatchNorm",
+                                 self._definitions.line_of(module), count))
+        found += [finding(ZERO_GRAD, "zero_grad(set_to_none=False)", source_line(key), n)
                   for key, n in self.zero_grads.items()]
         for rule, counts, what in ((TF32_MATMUL, self.matmuls, "float32 matmul"),
                                    (TF32_CONV, self.convolutions, "float32 convolution")):
@@ -267,28 +275,10 @@ class RuleWatch:
                 key, _ = counts.most_common(1)[0]
                 total = sum(counts.values())
                 title = f"{total / steps:g} {what}(s) a step at {len(counts)} line(s), without TF32"
-                found.append(_finding(rule, title, source_line(key), total / steps, no_cost))
-        found += [_finding(UNALIGNED, f"{n / steps:g} half-precision matmul(s) a step with a size not a multiple of 8: "
-                                      f"{', '.join(self.unaligned_shapes[key])}", source_line(key), n / steps, no_cost)
+                found.append(finding(rule, title, source_line(key), total))
+        found += [finding(UNALIGNED, f"{n / steps:g} half-precision matmul(s) a step with a size not a multiple of 8: "
+                                     f"{', '.join(self.unaligned_shapes[key])}", source_line(key), n)
                   for key, n in self.unaligned.items()]
-        return found
-
-    def _optimizer_findings(self, steps: int, no_cost: str) -> list[Finding]:
-        found = []
-        for ref, count in self._optimizers.values():
-            optimizer = ref()
-            setting = _tensor_by_tensor(optimizer) if optimizer is not None else ""
-            if setting:
-                title = f"{type(optimizer).__name__} runs tensor by tensor on a GPU ({setting})"
-                found.append(_finding(FOREACH, title, self._definitions.line_of(optimizer), count / steps, no_cost))
-        return found
-
-    def _conv_bias_findings(self, steps: int, no_cost: str) -> list[Finding]:
-        found = []
-        for module_id, count in self.conv_bias.items():
-            module = self._convs[module_id]
-            title = f"{type(module).__name__} with a bias straight into a BatchNorm"
-            found.append(_finding(CONV_BIAS, title, self._definitions.line_of(module), count / steps, no_cost))
         return found
 
 
@@ -305,11 +295,3 @@ def _tensor_by_tensor(optimizer: torch.optim.Optimizer) -> str:
         if group.get("foreach") is False:
             return "foreach=False"
     return ""
-
-
-def _finding(rule: Rule, title: str, line: SourceLine | None, per_step: float, no_cost: str) -> Finding:
-    return Finding(kind="rule", title=title, path=line.path if line else None, line=line.lineno if line else None,
-                   code=line.code if line else "", per_step=per_step, call_sites=(), ms_per_step=None,
-                   cost=f"not measured: {no_cost}", fix=rule.fix, rule=rule.name,
-                   function=line.function if line else "")
-

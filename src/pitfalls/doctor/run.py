@@ -25,7 +25,6 @@ from pitfalls.doctor.gpu import Bandwidth, copy_bandwidth
 from pitfalls.doctor.loader import LoaderWatch
 from pitfalls.doctor.options import DoctorOptions
 from pitfalls.doctor.phases import Phases
-from pitfalls.doctor.ranking import explained_share, rank
 from pitfalls.doctor.report import (
     CPU_SCRIPT,
     NO_GPU,
@@ -120,16 +119,16 @@ def _memory(phases: Phases) -> MemoryFigures | None:
     )
 
 
-def _real_syncs(phases: Phases, located_per_line: dict[tuple[str, int], float]) -> tuple[RealSyncRow, ...] | None:
-    real = phases.real
-    if real is None or phases.gpu_steps == 0:
-        return None
-    lines = real.per_line(phases.gpu_steps)
-    return tuple(
-        RealSyncRow(path, line, lines.get((path, line), (0.0, 0.0))[0], located_per_line.get((path, line), 0.0),
-                    lines.get((path, line), (0.0, 0.0))[1])
-        for path, line in sorted(set(lines) | set(located_per_line))
-    )
+def _real_syncs(lines: dict[tuple[str, int], tuple[float, float]], phases: Phases) -> tuple[RealSyncRow, ...]:
+    hazards: dict[tuple[str, int], float] = {}
+    if phases.located is not None and phases.scanned_steps:
+        for site in phases.located.sites:
+            if site.line is not None:
+                key = (site.line.path, site.line.lineno)
+                hazards[key] = hazards.get(key, 0.0) + site.count / phases.scanned_steps
+    return tuple(RealSyncRow(path, line, lines.get((path, line), (0.0, 0.0))[0], hazards.get((path, line), 0.0),
+                             lines.get((path, line), (0.0, 0.0))[1])
+                 for path, line in sorted(set(lines) | set(hazards)))
 
 
 def _no_gpu(phases: Phases, bandwidth: Bandwidth | None) -> str:
@@ -232,22 +231,16 @@ def _report(script: Script, args: Sequence[str], options: DoctorOptions, phases:
             watch: LoaderWatch, compiles: CompileWatch, ending: _Ending, bandwidth: Bandwidth | None,
             wall_s: float) -> DoctorReport:
     timed = phases.timed
-    step_ms = None
+    step_ms = mean_ms = None
     if timed.step_s:
         ms = sorted(s * 1e3 for s in timed.step_s)
-        step_ms = (statistics.median(ms), ms[min(len(ms) - 1, int(0.9 * len(ms)))], statistics.fmean(ms))
+        mean_ms = statistics.fmean(ms)
+        step_ms = (statistics.median(ms), ms[min(len(ms) - 1, int(0.9 * len(ms)))], mean_ms)
     shape = _anatomy(phases)
     loader = build.loader_figures(timed, shape)
-    located = phases.located
-    per_line: dict[tuple[str, int], float] = {}
-    if located is not None and phases.scanned_steps:
-        for site in located.sites:
-            if site.line is not None:
-                key = (site.line.path, site.line.lineno)
-                per_line[key] = per_line.get(key, 0.0) + site.count / phases.scanned_steps
-    real = _real_syncs(phases, per_line)
-    stalls = None if phases.real is None or not phases.gpu_steps else {
-        where: figures[1] for where, figures in phases.real.per_line(phases.gpu_steps).items()}
+    lines = phases.real.per_line(phases.gpu_steps) if phases.real is not None and phases.gpu_steps else None
+    real = None if lines is None else _real_syncs(lines, phases)
+    stalls = None if lines is None else {where: stall for where, (_syncs, stall) in lines.items()}
     no_gpu = _no_gpu(phases, bandwidth)
     breaks, recompiles, compile_s = compiles.graph_breaks, compiles.recompiles, compiles.compile_s
     unavailable = "; ".join(x.reason for x in (breaks, recompiles) if isinstance(x, Unavailable))
@@ -256,13 +249,13 @@ def _report(script: Script, args: Sequence[str], options: DoctorOptions, phases:
     codes = {(b.path, b.line): linecache.getline(b.path, b.line).strip() for b in breaks}
     found = [
         *([build.loader_finding(loader, watch.line)] if loader is not None else []),
-        *build.sync_findings(located, phases.scanned_steps, counter.step_functions, stalls),
+        *build.sync_findings(phases.located, phases.scanned_steps, counter.step_functions, stalls),
         *build.copy_findings(phases.copies, phases.scanned_steps, bandwidth, no_gpu),
         *build.compile_findings(breaks, recompiles, timed, codes),
         *build.memory_findings(shape, loader.batches_per_step if loader else 1.0, watch.line, bandwidth, no_gpu),
         *(phases.rules.findings(phases.scanned_steps, no_gpu or NO_FIX_COST) if phases.rules is not None else ()),
     ]
-    ranked = rank(found, step_ms[2] if step_ms else None)
+    ranked = build.rank(found, mean_ms)
     timed_window = (timed.began or 0.0, timed.ended or 0.0)
     compile_figures = CompileFigures(
         graph_breaks=tuple({"reason": b.reason, "path": b.path, "line": b.line, "explanation": b.explanation,
@@ -285,12 +278,10 @@ def _report(script: Script, args: Sequence[str], options: DoctorOptions, phases:
         script=str(script.path), argv=tuple(args), steps=steps, ended=ending.how, failure=ending.failure,
         step_ms=step_ms, findings=ranked, loader=loader, compile=compile_figures, memory=_memory(phases),
         copies=build.copy_rows(phases.copies, phases.scanned_steps), real_syncs=real,
-        syncs_agree=None if real is None else all(r.real_per_step == r.hazards_per_step for r in real),
         bandwidth=() if bandwidth is None else tuple(
             (f"{direction}, {'pinned' if pinned else 'pageable'}", rate / 1e9)
             for direction, pinned, rate in bandwidth.rates),
         one_off=_one_off(phases, watch, compile_figures.compile_s),
-        explained=explained_share(ranked, step_ms[2] if step_ms else None),
         not_measured=_not_measured(phases, loader is not None, compiled, no_gpu),
         wall_s=wall_s,
         no_gpu=no_gpu,

@@ -28,12 +28,7 @@ class ScriptError(ValueError):
 
 @dataclass(frozen=True)
 class Script:
-    """A script ready to run.
-
-    Attributes:
-        path: its absolute path.
-        code: its compiled module code.
-    """
+    """A script ready to run: its absolute path and its compiled module code."""
 
     path: Path
     code: types.CodeType
@@ -104,11 +99,7 @@ def as_main(script: Script, args: Sequence[str]) -> Iterator[dict[str, object]]:
     saved_argv, saved_path = sys.argv, list(sys.path)
     saved_main = sys.modules.get("__main__")
     sys.argv = [str(script.path), *args]
-    folder = str(script.path.parent)
-    if sys.path:
-        sys.path[0] = folder
-    else:
-        sys.path.append(folder)
+    sys.path[:1] = [str(script.path.parent)]
     sys.modules["__main__"] = module
     try:
         yield module.__dict__

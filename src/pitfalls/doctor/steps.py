@@ -60,19 +60,13 @@ class Budget:
     BaseException; every step's end raises again too.
     """
 
-    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, seconds: float) -> None:
         self.seconds = seconds
-        self._clock = clock
-        self._deadline = clock() + seconds
+        self._deadline = time.monotonic() + seconds
         self._busy = 0
         self._pending = False
         self._previous: Any = None
         self._armed = False
-
-    @property
-    def spent(self) -> bool:
-        """Whether the budget is used up."""
-        return self._clock() >= self._deadline
 
     def reason(self) -> str:
         """Why the run stops when the budget is spent."""
@@ -105,7 +99,7 @@ class Budget:
             yield
         finally:
             self._busy -= 1
-        if not self._busy and (self._pending or self.spent):
+        if not self._busy and (self._pending or time.monotonic() >= self._deadline):
             self._pending = False
             raise StopRun(self.reason())
 
@@ -126,9 +120,8 @@ class StepCounter:
     """
 
     def __init__(self, started: Callable[[], None], ended: Callable[[int], None], budget: Budget,
-                 optimizers_made: Callable[[], bool],
-                 stepping: Callable[[torch.optim.Optimizer], None] = lambda _optimizer: None,
-                 stepped: Callable[[torch.optim.Optimizer], None] = lambda _optimizer: None) -> None:
+                 optimizers_made: Callable[[], bool], stepping: Callable[[torch.optim.Optimizer], None],
+                 stepped: Callable[[torch.optim.Optimizer], None]) -> None:
         self._started = started
         self._ended = ended
         self._budget = budget
@@ -138,17 +131,12 @@ class StepCounter:
         self.steps = 0
         self.batches = 0
         self._delivered = False
-        self._first = False
+        self.step_started = False
         self._pacing: torch.optim.Optimizer | None = None
         self._optimizers_made = optimizers_made
         self._stopping: StopRun | None = None
         self._handles: list[Any] = []
         self.step_functions: frozenset[tuple[str, str]] = frozenset()
-
-    @property
-    def step_started(self) -> bool:
-        """Whether the first step has started."""
-        return self._first
 
     def __enter__(self) -> StepCounter:
         self._handles = [register_optimizer_step_pre_hook(self._pre), register_optimizer_step_post_hook(self._post)]
@@ -161,8 +149,8 @@ class StepCounter:
         self._pacing = None
 
     def _start(self) -> None:
-        if not self._first:
-            self._first = True
+        if not self.step_started:
+            self.step_started = True
             self._started()
 
     def _end_step(self) -> None:
@@ -181,7 +169,7 @@ class StepCounter:
         with self._budget.busy():
             if self.by != LOADER:
                 self._start()
-            if self._first:
+            if self.step_started:
                 self._stepping(optimizer)
 
     def _post(self, optimizer: torch.optim.Optimizer, _args: object, _kwargs: object) -> None:

@@ -25,17 +25,8 @@ __all__ = ["Trial", "main", "run_trial"]
 
 @dataclass(frozen=True)
 class Trial:
-    """What one trial runs.
-
-    Attributes:
-        script: the script's path.
-        args: its arguments.
-        setting: the DataLoader arguments to override (empty: the script's own).
-        warmup: steps before the timed ones.
-        steps: timed steps.
-        digests: the first batches whose digests are kept.
-        budget_s: wall seconds after which the script is stopped.
-    """
+    """What one trial runs: the script with its arguments, the DataLoader arguments to override (empty: the
+    script's own), and the doctor's warm-up and timed steps, batches digested and budget (as `DoctorOptions`)."""
 
     script: str
     args: tuple[str, ...]

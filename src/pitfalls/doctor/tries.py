@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import subprocess
 import sys
 import tempfile
@@ -39,7 +38,7 @@ from pitfalls.doctor.settings import LoaderSetting, describe
 from pitfalls.doctor.trial import Trial
 from pitfalls.families.loader.steady import MIN_BATCHES, TIMED_PER_PREFILLED, prefilled
 
-__all__ = ["AUTO", "DIGESTS", "Tried", "TryRow", "choose", "cores", "trial_steps", "try_settings"]
+__all__ = ["AUTO", "DIGESTS", "Tried", "TryRow", "choose", "trial_steps", "try_settings"]
 
 AUTO = "loader"
 # Batches whose digests must match for a setting to be a fix.
@@ -103,11 +102,6 @@ class Tried:
         return next((row for row in self.rows if row.fix), None)
 
 
-def cores() -> int:
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
 def choose(loader: LoaderFigures | None, step_ms: float | None, gpu: bool, available: int
            ) -> tuple[list[dict[str, int | bool]], str]:
     """The settings `--try loader` tries, or none and why.
@@ -165,16 +159,6 @@ def _run_child(trial: Trial) -> dict[str, Any]:
         return dict(json.loads(out.read_text(encoding="utf-8")))
 
 
-def _row(setting: LoaderSetting, result: dict[str, Any], own_mean: float | None) -> TryRow:
-    mean = result.get("mean_ms")
-    failure = result.get("failure") or ""
-    if not failure and mean is None:
-        failure = "no step was timed"
-    return TryRow(setting=describe(setting), workers=result.get("workers"), step_ms=result.get("median_ms"),
-                  mean_ms=mean, wait_share=result.get("wait_share"),
-                  speedup=own_mean / mean if own_mean and mean else None, same_batches=None, note=failure)
-
-
 def try_settings(report: DoctorReport, options: DoctorOptions, settings: Sequence[LoaderSetting],
                  run: Runner = _run_child) -> Tried:
     """Run the script's own setting and each of ``settings`` in fresh processes; the table.
@@ -206,12 +190,15 @@ def try_settings(report: DoctorReport, options: DoctorOptions, settings: Sequenc
         note = "the script's batches were not read: same batches not judged"
     elif own_digests != report.digests[:len(own_digests)]:
         note = "the script's own batches differ from run to run (unseeded?): same batches not judged"
-    rows = []
+    own_mean, rows = own.get("mean_ms"), []
     for setting, result in results:
-        row = _row(setting, result, own.get("mean_ms"))
-        if not note and not row.note:
-            row = dataclasses.replace(row, same_batches=tuple(result.get("digests") or ()) == own_digests)
-        rows.append(row)
+        mean = result.get("mean_ms")
+        failure = result.get("failure") or ("no step was timed" if mean is None else "")
+        rows.append(TryRow(
+            setting=describe(setting), workers=result.get("workers"), step_ms=result.get("median_ms"), mean_ms=mean,
+            wait_share=result.get("wait_share"), speedup=own_mean / mean if own_mean and mean else None,
+            same_batches=None if note or failure else tuple(result.get("digests") or ()) == own_digests,
+            note=failure))
     fixes = [row for row in rows[1:] if row.same_batches and row.speedup is not None and row.speedup > 1.0]
     best = max(fixes, key=lambda row: row.speedup or 0.0, default=None)
     return Tried(tuple(dataclasses.replace(row, fix=row is best) for row in rows), note, (warmup, steps))
