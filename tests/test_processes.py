@@ -113,3 +113,9 @@ def test_processes_found_by_a_lookup_are_stopped_with_their_groups() -> None:
     finally:
         outsider.kill()
         outsider.wait()
+
+
+def test_run_takes_capture_output_as_subprocess_run_does() -> None:
+    done = processes.run([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"],
+                         timeout_s=60, capture_output=True, text=True)
+    assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")

@@ -42,7 +42,7 @@ def run(command: Sequence[str], *, timeout_s: float, grace_s: float = GRACE_S,
     Args:
         timeout_s: seconds it may run.
         grace_s: seconds between SIGTERM and SIGKILL when it is stopped.
-        command, popen: as for `start` (pipes give the output).
+        command, popen: as for `start` (pipes give the output; ``capture_output=True`` as `subprocess.run` takes it).
 
     Returns:
         Its status and output, as `subprocess.run`'s.
@@ -50,6 +50,8 @@ def run(command: Sequence[str], *, timeout_s: float, grace_s: float = GRACE_S,
     Raises:
         subprocess.TimeoutExpired: the time limit stopped it; it holds what the command wrote until then.
     """
+    if popen.pop("capture_output", False):  # as subprocess.run takes it
+        popen.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     child = start(command, **popen)
     try:
         out, err = child.communicate(timeout=max(timeout_s, 0.0))

@@ -22,6 +22,7 @@ from typing import Any
 from asv import runner as asv_runner_script
 from asv import util as asv_util
 
+from pitfalls import processes
 from pitfalls.asv_files import SUITE_API, read_json
 from pitfalls.checkout import ROOT, NoCheckout, require_checkout
 
@@ -37,7 +38,9 @@ def discovered(benchmarks: Path = ROOT / "benchmarks") -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="pitfalls-discover-") as tmp:
         out = Path(tmp) / "result.json"
         command = [sys.executable, asv_runner_script.BENCHMARK_RUN_SCRIPT, "discover", str(benchmarks), str(out)]
-        subprocess.run(command, cwd=tmp, env=env, check=True, capture_output=True, text=True, timeout=600)
+        done = processes.run(command, timeout_s=600, cwd=tmp, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise subprocess.CalledProcessError(done.returncode, command, done.stdout, done.stderr)
         listed = json.loads(out.read_text())
     return {benchmark["name"]: benchmark for benchmark in listed}
 

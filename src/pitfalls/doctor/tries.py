@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from pitfalls import processes
 from pitfalls.doctor.options import DoctorOptions
 from pitfalls.doctor.report import DoctorReport, LoaderFigures
 from pitfalls.doctor.settings import LoaderSetting, describe
@@ -148,9 +149,10 @@ def _run_child(trial: Trial) -> dict[str, Any]:
         out = Path(folder) / "trial.json"
         spec = json.dumps({**asdict(trial), "args": list(trial.args)})
         try:
-            done = subprocess.run([sys.executable, "-m", "pitfalls.doctor.trial", spec, str(out)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                  timeout=trial.budget_s + START_S, check=False)
+            # Through the one launcher: a trial stopped at its limit takes its DataLoader workers with it.
+            done = processes.run([sys.executable, "-m", "pitfalls.doctor.trial", spec, str(out)],
+                                 timeout_s=trial.budget_s + START_S, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE, text=True)
         except subprocess.TimeoutExpired:
             return {"failure": f"the trial ran past {trial.budget_s + START_S:g} s and was stopped"}
         if done.returncode != 0 or not out.is_file():

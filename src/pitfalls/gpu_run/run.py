@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pitfalls import processes
 from pitfalls.checkout import ROOT
 from pitfalls.gpu_run import report
 from pitfalls.gpu_run.archive import pack
@@ -63,7 +63,7 @@ _ENVIRONMENT = "import json; from pitfalls.probes.environment import environment
 def _environment() -> dict[str, Any]:
     """torch and its git version, CUDA, cuDNN, driver, GPUs, CPU, Python, container image and the suite's commit,
     read in a child (this process never touches CUDA); the reason, when the child could not read them."""
-    done = subprocess.run([sys.executable, "-c", _ENVIRONMENT], capture_output=True, text=True, timeout=300)
+    done = processes.run([sys.executable, "-c", _ENVIRONMENT], timeout_s=300, capture_output=True, text=True)
     if done.returncode == 0:
         return dict(json.loads(done.stdout.strip().splitlines()[-1]))
     said = (done.stderr.strip() or "no output").splitlines()[-1]

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from pitfalls import processes
 from pitfalls.probes._cuda import cuda_unavailable_reason
 from pitfalls.probes.nvml import nvml_error_reason
 from pitfalls.result import Unavailable
@@ -45,9 +46,7 @@ def _usable_cpus() -> int | str:
 
 def _git(checkout: Path, *args: str) -> str | Unavailable:
     try:
-        done = subprocess.run(
-            ["git", "-C", str(checkout), *args], capture_output=True, text=True, timeout=10, check=False
-        )
+        done = processes.run(["git", "-C", str(checkout), *args], timeout_s=10, capture_output=True, text=True)
     except FileNotFoundError:
         return Unavailable("git not installed")
     except subprocess.TimeoutExpired:

@@ -19,14 +19,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pitfalls import asv_files
+from pitfalls import asv_files, processes
 from pitfalls.runner.conf import RunnerError
 from pitfalls_asv_main import save_machine
 
@@ -57,9 +56,8 @@ def hardware(python: str | None = None, device: str | None = None) -> dict[str, 
         ``pitfalls.probes.environment`` facts: ``cpu_model``, ``cpu_usable``, ``gpus`` (a list, or an
         "unavailable: <reason>" string), ``driver``, ``cuda``, ``torch``.
     """
-    done = subprocess.run(
-        [python or sys.executable, "-c", _HARDWARE_PROBE], capture_output=True, text=True, timeout=300, check=False
-    )
+    done = processes.run([python or sys.executable, "-c", _HARDWARE_PROBE], timeout_s=300, capture_output=True,
+                         text=True)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise RunnerError(f"cannot read this machine's hardware with {python or sys.executable}: {last}")
