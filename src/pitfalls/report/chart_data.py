@@ -119,10 +119,7 @@ def _is_number(value: Any) -> bool:
 
 
 def _values_in_order(rows: Iterable[Row], name: str) -> list[Any]:
-    seen: dict[Any, None] = {}
-    for row in rows:
-        seen.setdefault(row.params.get(name), None)
-    return list(seen)
+    return list(dict.fromkeys(row.params.get(name) for row in rows))
 
 
 def size_axis(rows: Sequence[Row]) -> str | None:

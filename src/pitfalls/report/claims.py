@@ -298,9 +298,8 @@ def _newest(rows: Iterable[Row]) -> dict[tuple[str, tuple[tuple[str, Any], ...]]
     for row in rows:
         key = (row.benchmark, tuple(sorted(row.params.items())))
         held = index.get(key)
-        if row.status == OK and (held is None or held.status != OK or _when(row) >= _when(held)):
-            index[key] = row
-        elif held is None:
+        # A measured figure, the newest one, wins over a skip or a failure.
+        if held is None or row.status == OK and (held.status != OK or _when(row) >= _when(held)):
             index[key] = row
     return index
 

@@ -390,10 +390,8 @@ def read_results(
     rows = [row for part, _ in parts for row in part.rows]
     unreadable += [problem for part, _ in parts for problem in part.unreadable]
     stand_ins = [stand_in for part, _ in parts for stand_in in part.stand_ins]
-    for problem in unreadable:
+    for problem in [*unreadable, *stand_ins]:
         log.warning("pitfalls report: %s", problem)
-    for stand_in in stand_ins:
-        log.warning("pitfalls report: %s", stand_in)
     if not rows:
         where = f"machine {machine!r} in {str(root)!r}" if machine else repr(str(root))
         left_out = "; ".join(str(u) for u in unreadable)

@@ -36,7 +36,6 @@ def write_report(
     out_dir: str | os.PathLike[str],
     machine: str | None = None,
     commit: str | None = None,
-    proof_dir: str | os.PathLike[str] | None = None,
 ) -> Path:
     """Write ``out_dir/README.md`` (the articles' claims measured, then the summary with its charts linked),
     ``out_dir/claims.md`` and the chart PNGs.
@@ -51,7 +50,6 @@ def write_report(
         machine: only this machine (default: all).
         commit: only this commit, compared across its environments (default: each environment's newest, and the
             newest commit measured in two or more environments compared).
-        proof_dir: the budgeted GPU runs' folder for the claims table (default: ``proof`` beside ``results_dir``).
 
     Returns:
         The path of the README.
@@ -72,7 +70,7 @@ def write_report(
     linked: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
     for path, key in write_charts(list(loaded.rows), out):
         linked[key].append(path.name)
-    proof = Path(proof_dir) if proof_dir is not None else results.parent / "proof"
+    proof = results.parent / "proof"  # the budgeted GPU runs' folder, for the claims table
     claims = claims_markdown(machine_sources(results, proof, rows=loaded.rows))
     atomic_write(out / "claims.md", lambda p: p.write_text(claims, encoding="utf-8"))
     head, _, rest = summary_markdown(loaded, linked, proof).partition("\n")
