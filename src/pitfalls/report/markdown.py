@@ -151,11 +151,8 @@ class _Skips:
     def of(cls, names: Sequence[str], table: _Cases, keys: Iterable[str]) -> _Skips:
         keys = list(keys)
         cases = [dict(zip(names, case, strict=True)) for case in table]
-        all_na = [
-            dict(zip(names, case, strict=True))
-            for case, by_key in table.items()
-            if all(by_key.get(k) is None or by_key[k].status == SKIPPED for k in keys)
-        ]
+        all_na = [case for case, by_key in zip(cases, table.values(), strict=True)
+                  if all(by_key.get(k) is None or by_key[k].status == SKIPPED for k in keys)]
         dead = []
         if len(all_na) < len(cases):
             # A value (such as device=cuda) of more than one case, though not of every case, all of them n/a.

@@ -4,31 +4,14 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Sequence
 from pathlib import Path
 
 from pitfalls.report.claims import claims_markdown, machine_sources
 from pitfalls.report.loading import read_results
 from pitfalls.report.markdown import summary_markdown
-from pitfalls.report.rows import Row, checked_rows
 from pitfalls_asv_main import atomic_write
 
-__all__ = ["charts", "write_report"]
-
-
-def charts(rows: Sequence[Row], out_dir: str | os.PathLike[str]) -> list[Path]:
-    """Draw the PNG charts of the rows into ``out_dir`` (see `pitfalls.report.chart_data`).
-
-    Args:
-        rows: rows from `read_results`.
-        out_dir: folder for the PNGs (created if missing).
-
-    Returns:
-        The paths of the PNGs written.
-    """
-    from pitfalls.report.drawing import write_charts  # matplotlib loads only when charts are drawn
-
-    return [path for path, _ in write_charts(checked_rows(rows), Path(out_dir))]
+__all__ = ["write_report"]
 
 
 def write_report(
@@ -54,7 +37,7 @@ def write_report(
     Returns:
         The path of the README.
     """
-    from pitfalls.report.drawing import write_charts
+    from pitfalls.report.drawing import write_charts  # matplotlib loads only when charts are drawn
 
     out = Path(out_dir)
     results = Path(results_dir)
