@@ -27,7 +27,7 @@ from typing import Any
 from pitfalls.markdown import table
 from pitfalls.proofs import ProofRun, read_proofs
 from pitfalls.registry import family
-from pitfalls.report.rows import OK, Row
+from pitfalls.report.rows import OK, Row, group
 
 __all__ = ["CLAIMS", "MARK_BEGIN", "MARK_END", "Claim", "Reading", "claims_markdown", "machine_sources",
            "update_readme", "verdict"]
@@ -334,9 +334,7 @@ def machine_sources(results: str | os.PathLike[str], proof: str | os.PathLike[st
     results_dir = Path(results)
     if rows is None:
         rows = list(read_results(results_dir).rows) if (results_dir / "benchmarks.json").is_file() else []
-    by_machine: dict[str, list[Row]] = {}
-    for row in rows:
-        by_machine.setdefault(row.machine, []).append(row)
+    by_machine = group(rows, lambda row: row.machine)
     runs = _proof_runs(Path(proof))
     names = sorted(set(by_machine) | set(runs), key=lambda name: (not name.startswith("cpu"), name))
     return [Source(name, _newest(by_machine.get(name, ())), runs.get(name)) for name in names]
