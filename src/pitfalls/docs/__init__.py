@@ -6,7 +6,7 @@ pitfalls.docs --write`` fills them from the registry (families, parameters, grid
 picture; ``python -m pitfalls.docs`` says what is stale and which relative link does not resolve.
 """
 
-from pitfalls.docs.generate import KINDS, Docs, pages
+from pitfalls.docs.generate import Docs, pages
 from pitfalls.docs.links import broken_links
 
-__all__ = ["KINDS", "Docs", "broken_links", "pages"]
+__all__ = ["Docs", "broken_links", "pages"]

@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pitfalls.gpu_run.syncs import corpus_line
 from pitfalls.markdown import code, table
 from pitfalls.proofs import read_proofs
-from pitfalls.scan_corpus import CORPUS, HELPER, expected_per_line, line_of, scan_per_line
+from pitfalls.scan_corpus import CORPUS, HELPER, expected_per_line, scan_per_line
 
 __all__ = ["corpus_lines"]
 
@@ -27,10 +28,9 @@ def corpus_lines(proof: Path) -> list[str]:
     labels = expected_per_line()
     scanned, _ = scan_per_line("cpu")
     gpu = _gpu_counts(proof)
-    helper_line = next(iter(set(labels) - {line_of(c.run) for c in CORPUS}))
     body = []
     for construct in (*CORPUS, HELPER):
-        line = helper_line if construct is HELPER else line_of(construct.run)
+        line = corpus_line(construct)
         shown = (f"{code(construct.name)}: a helper `return mask.nonzero()` called from two lines"
                  if construct is HELPER else code(construct.code))
         body.append((shown, labels[line], _count(scanned.get(line, 0)),

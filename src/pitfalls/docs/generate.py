@@ -18,7 +18,7 @@ from pitfalls.docs.corpus_table import corpus_lines
 from pitfalls.docs.doctor_rules import rules_lines
 from pitfalls.docs.layers_table import layer_lines
 from pitfalls.docs.links import broken_links
-from pitfalls.docs.loader_tables import byte_lines, ladder_of
+from pitfalls.docs.loader_tables import byte_lines
 from pitfalls.docs.picture import chart_of, draw, fingerprint, png_fingerprint
 from pitfalls.docs.proof_index import proof_lines
 from pitfalls.docs.registry_tables import benchmark_lines, builtin_family, families_lines, family_lines
@@ -29,6 +29,7 @@ from pitfalls.markdown import code, link, relative
 from pitfalls.report import claims
 from pitfalls.report.calibration_table import calibration_lines
 from pitfalls.report.chart_data import Chart
+from pitfalls.report.ladder import ladder_of
 from pitfalls.report.loading import read_results
 from pitfalls.report.rows import Row
 from pitfalls.runner.progress import durations_of, time_table
@@ -107,12 +108,16 @@ class Docs:
             text = text[:begin] + claims.readme_block(self.root / "results", self.root / "proof") + text[end:]
         return fill(text, lambda block: self.render(page, block), str(page))
 
+    def _stale_pages(self) -> list[Path]:
+        return [page for page, text in self.generated.items() if text != (self.root / page).read_text(encoding="utf-8")]
+
+    def _stale_pictures(self) -> list[Path]:
+        return [png for png, chart in self.charts.items() if png_fingerprint(self.root / png) != fingerprint(chart)]
+
     def stale(self) -> list[str]:
         """One line per page or picture that differs from what generation gives."""
-        found = [f"{page}: differs from what generation gives" for page, text in self.generated.items()
-                 if text != (self.root / page).read_text(encoding="utf-8")]
-        return found + [f"{png}: not drawn from the data the committed results give"
-                        for png, chart in self.charts.items() if png_fingerprint(self.root / png) != fingerprint(chart)]
+        return ([f"{page}: differs from what generation gives" for page in self._stale_pages()]
+                + [f"{png}: not drawn from the data the committed results give" for png in self._stale_pictures()])
 
     def broken_links(self) -> list[str]:
         """One line per relative link of the pages that does not resolve."""
@@ -120,16 +125,12 @@ class Docs:
 
     def write(self) -> list[Path]:
         """Write every page and picture that differs; returns what was written."""
-        written = []
-        for page, text in self.generated.items():
-            if text != (self.root / page).read_text(encoding="utf-8"):
-                (self.root / page).write_text(text, encoding="utf-8")
-                written.append(page)
-        for png, chart in self.charts.items():
-            if png_fingerprint(self.root / png) != fingerprint(chart):
-                draw(chart, self.root / png)
-                written.append(png)
-        return written
+        pages, pictures = self._stale_pages(), self._stale_pictures()
+        for page in pages:
+            (self.root / page).write_text(self.generated[page], encoding="utf-8")
+        for png in pictures:
+            draw(self.charts[png], self.root / png)
+        return pages + pictures
 
 
 Kind = Callable[..., list[str]]

@@ -17,20 +17,20 @@ _LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 _EXTERNAL = re.compile(r"^[a-z][a-z0-9+.-]*:", re.IGNORECASE)
 
 
-def _prose(text: str) -> Iterable[tuple[int, str]]:
-    """(line number, line) outside fenced code, with inline code blanked out."""
+def _unfenced(text: str) -> Iterable[tuple[int, str]]:
+    """(line number, line) of the lines outside fenced code."""
     fenced = False
     for number, line in enumerate(text.splitlines(), 1):
         if _FENCE.match(line.lstrip()):
             fenced = not fenced
-            continue
-        if not fenced:
-            yield number, _INLINE_CODE.sub("", line)
+        elif not fenced:
+            yield number, line
 
 
 def links(text: str) -> list[tuple[int, str]]:
     """(line number, target) of every inline link and image of a page, outside code."""
-    return [(number, match.group(1)) for number, line in _prose(text) for match in _LINK.finditer(line)]
+    return [(number, match.group(1)) for number, line in _unfenced(text)
+            for match in _LINK.finditer(_INLINE_CODE.sub("", line))]
 
 
 def _slug(heading: str) -> str:
@@ -43,13 +43,9 @@ def anchors(text: str) -> set[str]:
     """The anchors of a page's headings, numbered as a code host numbers repeats (``-1``, ``-2``)."""
     seen: dict[str, int] = {}
     found = set()
-    fenced = False
-    for line in text.splitlines():
-        if _FENCE.match(line.lstrip()):
-            fenced = not fenced
-            continue
+    for _, line in _unfenced(text):
         match = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
-        if fenced or not match:
+        if not match:
             continue
         slug = _slug(match.group(1))
         found.add(f"{slug}-{seen[slug]}" if slug in seen else slug)

@@ -1,28 +1,12 @@
-"""The loader family's tables: the ladder from a committed results file, and the bytes each rung ships."""
+"""The loader family's bytes table: the bytes each rung ships (its ladder is `pitfalls.report.ladder`'s)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from pitfalls.docs.registry_tables import builtin_family
 from pitfalls.families.loader.variants import DEVICE_NORMALIZED, batch_bytes
 from pitfalls.markdown import code, table
-from pitfalls.report.ladder import ladder_lines
-from pitfalls.report.loading import file_rows
 
-__all__ = ["byte_lines", "ladder_of"]
-
-
-def ladder_of(results_file: Path) -> list[str]:
-    """The ladder table of one results file (`pitfalls.report.ladder`).
-
-    Raises:
-        ValueError: the file is not a results file or holds no loader figures.
-    """
-    lines = ladder_lines(file_rows(results_file))
-    if not lines:
-        raise ValueError(f"{results_file} holds no loader figures")
-    return lines
+__all__ = ["byte_lines"]
 
 
 def byte_lines() -> list[str]:

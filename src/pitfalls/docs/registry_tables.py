@@ -10,11 +10,9 @@ from pitfalls.asv_files import SUITE_API, read_json
 from pitfalls.family import FLOOR, Family, Param
 from pitfalls.markdown import code, link, table
 from pitfalls.registry import BUILTIN
+from pitfalls.report.loading import ASV_KINDS
 
 __all__ = ["benchmark_lines", "builtin_family", "families_lines", "family_lines", "family_page"]
-
-_BENCHMARK_TYPES = {"time": "time", "track": "track", "peakmemory": "peakmem", "memory": "mem"}
-
 
 def builtin_family(name: str) -> Family:
     """A built-in family by name (a user's plug-ins are not the suite's to document).
@@ -83,5 +81,5 @@ def benchmark_lines(family: str, description: Path) -> list[str]:
     if not mine:
         raise ValueError(f"{description} describes no benchmark of family {family!r} ({prefix}*)")
     return table(("benchmark", "kind", "unit", "axes"),
-                 ((code(b["name"].removeprefix(prefix)), _BENCHMARK_TYPES.get(b["type"], b["type"]), b["unit"],
+                 ((code(b["name"].removeprefix(prefix)), ASV_KINDS.get(b["type"], b["type"]), b["unit"],
                    ", ".join(b["param_names"])) for b in sorted(mine, key=lambda b: b["name"])))

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Sequence
 
 from pitfalls.markdown import code, table
 from pitfalls.report.markdown import format_value
-from pitfalls.report.rows import Row
+from pitfalls.report.rows import Row, recency
 
 __all__ = ["newest_lines"]
-
-_OLDEST = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
-
 
 def newest_lines(rows: Sequence[Row], benchmark: str, filters: Sequence[str]) -> list[str]:
     """The newest value of one benchmark per case and machine, with the commit it was measured at.
@@ -37,9 +33,7 @@ def newest_lines(rows: Sequence[Row], benchmark: str, filters: Sequence[str]) ->
     newest: dict[tuple[tuple[str, ...], str], Row] = {}
     for row in chosen:
         key = (tuple(str(row.params[n]) for n in names), row.machine)
-        held = newest.get(key)
-        if held is None or (row.commit_date or _OLDEST, row.measured_at or _OLDEST) > (
-                held.commit_date or _OLDEST, held.measured_at or _OLDEST):
+        if key not in newest or recency(row) > recency(newest[key]):
             newest[key] = row
     machines = sorted({machine for _, machine in newest})
     cases = list(dict.fromkeys(case for case, _ in newest))

@@ -17,10 +17,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pitfalls.checkout import NoCheckout, require_checkout
+from pitfalls.checkout import ROOT, NoCheckout, require_checkout
 from pitfalls.gpu_run.costs import COSTS, Costs
 from pitfalls.gpu_run.pieces import PIECES, run_piece
-from pitfalls.gpu_run.run import ROOT, RunOptions, run, unknown_pieces
+from pitfalls.gpu_run.run import RunOptions, run, unknown_pieces
 
 PROG = "gpu-run"
 

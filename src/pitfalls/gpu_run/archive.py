@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import tarfile
-import tempfile
 from pathlib import Path
+
+from pitfalls_asv_main import atomic_write
 
 __all__ = ["ROOT_NAME", "UnsafeMember", "pack", "safe_members", "unpack"]
 
@@ -25,17 +25,12 @@ def pack(out: Path, archive: Path) -> Path:
         ``archive``.
     """
     archive.parent.mkdir(parents=True, exist_ok=True)
-    handle, partial = tempfile.mkstemp(dir=archive.parent, prefix=f".{archive.name}.", suffix=".partial")
-    os.close(handle)
-    try:
+
+    def write(partial: Path) -> None:
         with tarfile.open(partial, "w:gz") as tar:
             tar.add(out, arcname=ROOT_NAME, filter=_kept)
-        os.chmod(partial, 0o644)
-        os.replace(partial, archive)
-    except BaseException:
-        Path(partial).unlink(missing_ok=True)
-        raise
-    return archive
+
+    return atomic_write(archive, write)
 
 
 class UnsafeMember(ValueError):

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from pitfalls.checkout import ROOT
-from pitfalls.gpu_run.plan import DONE, FAILED, STOPPED, Entry, Piece
-from pitfalls_asv_main import atomic_write
+from pitfalls.gpu_run.outcome import write_json
+from pitfalls.gpu_run.plan import STOPPED, Entry, Piece
 
 __all__ = ["COSTS", "HEADROOM", "RUN_COSTS", "Costs", "merge_costs", "run_costs"]
 
@@ -77,23 +77,19 @@ class Costs:
 
     def write(self, path: str | os.PathLike[str]) -> None:
         """Write the file (sorted, whole, renamed into place)."""
-        data = {"about": "seconds each piece of scripts/gpu-run took, per device kind, as the last run that finished "
-                         "it measured (merged by `scripts/gpu-run merge`, never written by hand)",
-                "kinds": {kind: dict(sorted(pieces.items())) for kind, pieces in sorted(self.recorded.items())}}
-        text = json.dumps(data, indent=2) + "\n"
-        atomic_write(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        write_json(Path(path), {
+            "about": "seconds each piece of scripts/gpu-run took, per device kind, as the last run that finished it "
+                     "measured (merged by `scripts/gpu-run merge`, never written by hand)",
+            "kinds": {kind: dict(sorted(pieces.items())) for kind, pieces in sorted(self.recorded.items())}})
 
 
 def run_costs(kind: str, entries: Iterable[Entry]) -> dict[str, Any]:
     """A run's own record of what its pieces took: done and failed pieces as measured; a piece the budget stopped
     as at least the seconds it ran (it needs more)."""
-    pieces: dict[str, Any] = {}
-    for entry in entries:
-        if entry.status in (DONE, FAILED):
-            pieces[entry.name] = {"seconds": round(entry.seconds, 1), "status": entry.status}
-        elif entry.status == STOPPED:
-            pieces[entry.name] = {"seconds": round(entry.seconds, 1), "status": entry.status, "at_least": True}
-    return {"kind": kind, "pieces": pieces}
+    return {"kind": kind, "pieces": {
+        entry.name: {"seconds": round(entry.seconds, 1), "status": entry.status,
+                     **({"at_least": True} if entry.status == STOPPED else {})}
+        for entry in entries if entry.started}}
 
 
 def merge_costs(run_file: str | os.PathLike[str], cost_file: str | os.PathLike[str]) -> list[str]:

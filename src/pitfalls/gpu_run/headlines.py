@@ -65,14 +65,14 @@ def _busy(case: Case, seconds: float) -> Any:
 
 
 def _against(name: str, device: str, sizes: Sizes, params: Mapping[str, Any], candidates: Sequence[str],
-             *, compiled: bool = False, extra: Callable[[Case, Case], dict[str, Any]] | None = None,
-             rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Each candidate against the family's naive variant run eagerly, at ``params``, by the one speedup routine."""
-    rows = piece_rows() if rows is None else rows
+             rows: list[dict[str, Any]], *, compiled: bool = False,
+             extra: Callable[[Case, Case], dict[str, Any]] | None = None) -> None:
+    """Each candidate against the family's naive variant run eagerly, at ``params``, by the one speedup routine, a
+    row each appended to ``rows``."""
     entry = family(name)
     with _built(name, entry.baseline, device, False, params, rows) as naive:
         if naive is None:
-            return rows
+            return
         naive_figures = _syncs(naive)
         for variant in candidates:
             with _built(name, variant, device, compiled, params, rows) as candidate:
@@ -88,7 +88,6 @@ def _against(name: str, device: str, sizes: Sizes, params: Mapping[str, Any], ca
                 if extra is not None:
                     row.update(extra(naive, candidate))
                 rows.append(row)
-    return rows
 
 
 def loss(device: str, sizes: Sizes) -> list[dict[str, Any]]:
@@ -102,7 +101,7 @@ def loss(device: str, sizes: Sizes) -> list[dict[str, Any]]:
 
     rows = piece_rows()
     for params in sizes.of("loss"):
-        _against("loss", device, sizes, params, entry.cases[1:], extra=busy, rows=rows)
+        _against("loss", device, sizes, params, entry.cases[1:], rows, extra=busy)
     return rows
 
 
@@ -113,7 +112,7 @@ def sampler(device: str, sizes: Sizes, *, batched: bool, compiled: bool) -> list
     rows = piece_rows()
     for params in sizes.of("sampler"):
         if (params.get("batch", 1) > 1) == batched:
-            _against("sampler", device, sizes, params, ("static",), compiled=compiled, rows=rows)
+            _against("sampler", device, sizes, params, ("static",), rows, compiled=compiled)
     return rows
 
 

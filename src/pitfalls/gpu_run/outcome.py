@@ -7,19 +7,29 @@ raises keeps them above its traceback.
 
 from __future__ import annotations
 
+import json
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from pitfalls.markdown import table
 from pitfalls.result import Unavailable
+from pitfalls_asv_main import atomic_write
 
-__all__ = ["ROWS_DONE", "UNFINISHED", "attempt", "is_failure", "piece_rows", "render_rows", "section_text", "value"]
+__all__ = ["ROWS_DONE", "UNFINISHED", "attempt", "is_failure", "piece_rows", "render_rows", "section_text", "value",
+           "write_json"]
 
 UNFINISHED = {"skipped": "started, not finished: the run stopped (or hung) in this check"}
 # The rows a piece had finished when it stopped or raised, kept beside what happened to it.
 ROWS_DONE = "rows done"
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON, whole, renamed into place (the budget can stop a piece while it writes)."""
+    text = json.dumps(data, indent=2, default=str) + "\n"
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def value(figure: Any) -> Any:

@@ -26,12 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from pitfalls.gpu_run import checks, headlines, syncs
-from pitfalls.gpu_run.outcome import attempt, is_failure
+from pitfalls.gpu_run.outcome import attempt, is_failure, write_json
 from pitfalls.gpu_run.plan import Piece
 from pitfalls.gpu_run.sizes import ON_GPU, REHEARSAL, Sizes
 from pitfalls.gpu_run.slices import AsvSlice, cuda_calibration_selection, run_slice
 from pitfalls.scan_loader.proof import pinned_against_unpinned
-from pitfalls_asv_main import atomic_write
 
 __all__ = ["CATALOGUE", "FACTS", "PIECES", "Context", "outcome_of", "piece_file", "run_piece"]
 
@@ -158,9 +157,9 @@ PIECES: tuple[Piece, ...] = tuple(piece for piece, _ in _CATALOGUE)
 CATALOGUE: Mapping[str, tuple[Piece, Measure]] = {piece.name: (piece, measure) for piece, measure in _CATALOGUE}
 
 
-def piece_file(out: Path, name: str) -> Path:
-    """Where a piece writes its outcome."""
-    return out / "pieces" / (name.replace(" ", "_").replace("/", "_") + ".json")
+def piece_file(out: Path, name: str, folder: str = "pieces", suffix: str = ".json") -> Path:
+    """Where a piece writes its outcome (or, in ``logs``, its log)."""
+    return out / folder / (name.replace(" ", "_").replace("/", "_") + suffix)
 
 
 def outcome_of(out: Path, name: str) -> Any:
@@ -190,12 +189,9 @@ def run_piece(name: str, out: Path) -> int:
     path = piece_file(out, name)
     path.parent.mkdir(parents=True, exist_ok=True)
 
-    def write(figures: dict[str, Any]) -> None:
-        text = json.dumps({"name": name, "outcome": figures[name]}, indent=2, default=str)
-        atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
-
     figures: dict[str, Any] = {}
-    attempt(figures, name, functools.partial(measure, context), write)
+    attempt(figures, name, functools.partial(measure, context),
+            lambda figures: write_json(path, {"name": name, "outcome": figures[name]}))
     outcome = figures[name]
     if is_failure(outcome):
         return 1

@@ -133,8 +133,8 @@ def schedule(pieces: Sequence[Piece], *, budget_s: float, cost: Callable[[Piece]
     return entries
 
 
-def launch(command: Sequence[str], timeout_s: float, log: Path, env: Mapping[str, str] | None = None,
-           grace_s: float = GRACE_S) -> tuple[int | None, bool]:
+def launch(command: Sequence[str], timeout_s: float, log: Path,
+           env: Mapping[str, str] | None = None) -> tuple[int | None, bool]:
     """Run ``command`` in a session of its own, its output appended to ``log``, stopped at ``timeout_s``.
 
     Returns:
@@ -143,7 +143,7 @@ def launch(command: Sequence[str], timeout_s: float, log: Path, env: Mapping[str
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as sink:
         try:
-            return processes.run(command, timeout_s=timeout_s, grace_s=grace_s, env=env, stdout=sink,
+            return processes.run(command, timeout_s=timeout_s, grace_s=GRACE_S, env=env, stdout=sink,
                                  stderr=subprocess.STDOUT).returncode, False
         except subprocess.TimeoutExpired:
             return None, True

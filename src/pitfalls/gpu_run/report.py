@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from pitfalls.gpu_run.outcome import render_rows, section_text
-from pitfalls.gpu_run.pieces import CATALOGUE, outcome_of
+from pitfalls.gpu_run.pieces import outcome_of
 from pitfalls.gpu_run.plan import DONE, FAILED, NOT_SELECTED, OVER_BUDGET, STOPPED, Entry, Piece
 from pitfalls.gpu_run.syncs import render_corpus
 
@@ -51,13 +51,6 @@ def summary_lines(entries: Sequence[Entry]) -> list[str]:
     return lines
 
 
-def _ledger_table(entries: Sequence[Entry]) -> str:
-    rows = [{"piece": e.name, "group": e.group, "status": e.status, "expected s": round(e.cost_s),
-             "from": e.cost_from, "left s": round(e.left_s), "took s": round(e.seconds), "note": e.reason}
-            for e in entries]
-    return render_rows(rows)
-
-
 def _render_doctor(found: dict[str, Any]) -> str:
     facts = {key: value for key, value in found.items() if key != "rows"}
     return render_rows(found.get("rows", [])) + "\n" + render_rows([facts])
@@ -82,9 +75,10 @@ def render(data: Mapping[str, Any], entries: Sequence[Entry], pieces: Sequence[P
         f"{'(still running, or stopped)' if seconds is None else f'{seconds} s'}.\n",
         "## Summary\n",
         "```\n" + "\n".join(summary_lines(entries) or ["nothing has run yet"]) + "\n```\n",
-        _ledger_table(entries),
+        render_rows([{"piece": e.name, "group": e.group, "status": e.status, "expected s": round(e.cost_s),
+                      "from": e.cost_from, "left s": round(e.left_s), "took s": round(e.seconds), "note": e.reason}
+                     for e in entries]),
     ]
     for piece in pieces:
-        title = CATALOGUE[piece.name][0].title if piece.name in CATALOGUE else piece.title
-        parts += [f"## {piece.name}: {title}\n", _render_outcome(piece.name, data.get(piece.name, PENDING))]
+        parts += [f"## {piece.name}: {piece.title}\n", _render_outcome(piece.name, data.get(piece.name, PENDING))]
     return "\n".join(parts)

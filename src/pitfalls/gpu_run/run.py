@@ -28,32 +28,12 @@ from pitfalls.checkout import ROOT
 from pitfalls.gpu_run import report
 from pitfalls.gpu_run.archive import pack
 from pitfalls.gpu_run.costs import RUN_COSTS, Costs, merge_costs, run_costs
-from pitfalls.gpu_run.pieces import FACTS, PIECES
-from pitfalls.gpu_run.plan import (
-    DONE,
-    MARGIN_S,
-    NOT_SELECTED,
-    OVER_BUDGET,
-    Entry,
-    Launcher,
-    Piece,
-    launch,
-    schedule,
-)
+from pitfalls.gpu_run.outcome import write_json
+from pitfalls.gpu_run.pieces import FACTS, PIECES, piece_file
+from pitfalls.gpu_run.plan import DONE, MARGIN_S, NOT_SELECTED, OVER_BUDGET, Entry, Launcher, Piece, launch, schedule
 from pitfalls_asv_main import atomic_write
 
-__all__ = ["ROOT", "RunOptions", "device_kind", "run"]
-
-
-def _write_json(path: Path, data: Any) -> None:
-    text = json.dumps(data, indent=2, default=str) + "\n"
-    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
-
-
-def device_kind(device: str, machine: str) -> str:
-    """The cost file's kind: "cpu" for every CPU run (the same sizes on machines of this project's kind), the GPU
-    machine's name on a GPU (an H200 and an A10G take different times)."""
-    return "cpu" if device == "cpu" else machine
+__all__ = ["RunOptions", "run", "unknown_pieces"]
 
 
 # Every fact of the machine and its stack, read as `pitfalls probe` reads them.
@@ -80,7 +60,10 @@ def _facts(device: str, budget_s: float, root: Path) -> dict[str, Any]:
         commit: str | None = head_commit(root)
     except Exception as error:  # noqa: BLE001 - no checkout: the run says so, the asv slices fail with it
         commit = f"unknown ({type(error).__name__}: {error})"
-    return {"device": device, "machine": machine, "kind": device_kind(device, machine), "budget_s": budget_s,
+    # The cost file's kind: "cpu" for every CPU run (the same sizes on machines of this project's kind), the GPU
+    # machine's name on a GPU (an H200 and an A10G take different times).
+    kind = "cpu" if device == "cpu" else machine
+    return {"device": device, "machine": machine, "kind": kind, "budget_s": budget_s,
             "date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": commit, "python": platform.python_version(),
             "hardware": hardware, "environment": _environment(), "root": str(root)}
 
@@ -88,7 +71,7 @@ def _facts(device: str, budget_s: float, root: Path) -> dict[str, Any]:
 def _child_launcher(out: Path) -> Launcher:
     def run_child(piece: Piece, timeout_s: float) -> tuple[int | None, bool]:
         command = piece.command or (sys.executable, "-m", "pitfalls.gpu_run", "piece", piece.name, str(out))
-        log = out / "logs" / (piece.name.replace(" ", "_").replace("/", "_") + ".log")
+        log = piece_file(out, piece.name, "logs", ".log")
         return launch(command, timeout_s, log, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
     return run_child
@@ -152,23 +135,23 @@ def run(out: Path, options: RunOptions, root: Path = ROOT) -> int:
     costs = Costs.read(options.costs_file)
     out.mkdir(parents=True, exist_ok=True)
     facts = _facts(options.device, options.budget_s, root)
-    _write_json(out / FACTS, facts)
+    write_json(out / FACTS, facts)
     kind = facts["kind"]
 
     def cost(piece: Piece) -> tuple[float, str]:
         return costs.cost(piece, kind, options.device)
 
-    _write_json(out / "plan.json", {**facts, "pieces": [
+    write_json(out / "plan.json", {**facts, "pieces": [
         {"name": p.name, "group": p.group, "title": p.title, "cost_s": round(cost(p)[0], 1), "from": cost(p)[1]}
         for p in options.pieces]})
     began = options.clock()
     entries: list[Entry] = []
 
     def save(seconds: float | None) -> None:
-        _write_json(out / "run.json", {**facts, "seconds": seconds, "pieces": [e.as_json() for e in entries]})
-        _write_json(out / RUN_COSTS, run_costs(kind, entries))
+        write_json(out / "run.json", {**facts, "seconds": seconds, "pieces": [e.as_json() for e in entries]})
+        write_json(out / RUN_COSTS, run_costs(kind, entries))
         data = report.figures(options.pieces, entries, out, facts, seconds)
-        _write_json(out / "figures.json", data)
+        write_json(out / "figures.json", data)
         text = report.render(data, entries, options.pieces)
         atomic_write(out / "report.md", lambda tmp: tmp.write_text(text, encoding="utf-8"))
         if options.archive is not None:

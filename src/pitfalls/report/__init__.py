@@ -5,35 +5,12 @@ read), `markdown` (the tables), `chart_data` (what each chart shows) and `drawin
 report folder). Only `drawing` needs matplotlib, and it is loaded only when charts are drawn.
 """
 
-from pitfalls.report.chart_data import Chart, Panel, Series, build_charts
-from pitfalls.report.loading import LoadedResults, StandIn, Unreadable, read_results, torch_version
-from pitfalls.report.markdown import NA_NOTE, comparison_markdown, format_value, summary_markdown
-from pitfalls.report.rows import FAILED, FLOOR, OK, SKIPPED, Row, baseline_variant, env_label
-from pitfalls.report.writing import charts, write_report
+from pitfalls.report.chart_data import Chart, build_charts
+from pitfalls.report.loading import read_results, torch_version
+from pitfalls.report.markdown import comparison_markdown, format_value, summary_markdown
+from pitfalls.report.rows import Row
+from pitfalls.report.writing import write_report
 from pitfalls_asv_main import atomic_write
 
-__all__ = [
-    "FAILED",
-    "FLOOR",
-    "NA_NOTE",
-    "OK",
-    "SKIPPED",
-    "Chart",
-    "LoadedResults",
-    "Panel",
-    "Row",
-    "Series",
-    "StandIn",
-    "Unreadable",
-    "atomic_write",
-    "baseline_variant",
-    "build_charts",
-    "charts",
-    "comparison_markdown",
-    "env_label",
-    "format_value",
-    "read_results",
-    "summary_markdown",
-    "torch_version",
-    "write_report",
-]
+__all__ = ["Chart", "Row", "atomic_write", "build_charts", "comparison_markdown", "format_value",
+           "read_results", "summary_markdown", "torch_version", "write_report"]

@@ -9,13 +9,12 @@ error changed since, is shown n/a with that reason rather than judged against a 
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pitfalls.calibration.published import CHECK_PARAM, ERROR_METHOD, error_unit, published_checks
 from pitfalls.known.table import CUDA, Check
-from pitfalls.report.rows import FAILED, SKIPPED, Row, env_label
+from pitfalls.report.rows import FAILED, SKIPPED, Row, env_label, recency
 
 __all__ = ["PASS", "FAIL", "NA", "CalibrationLine", "calibration_table", "is_calibration_error"]
 
@@ -51,11 +50,6 @@ class CalibrationLine:
 def is_calibration_error(row: Row) -> bool:
     """Whether an asv row is one check's published error."""
     return row.family == FAMILY and row.figure == ERROR_METHOD and CHECK_PARAM in row.params
-
-
-def _newest(rows: Sequence[Row]) -> Row:
-    oldest = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
-    return max(rows, key=lambda r: (r.commit_date or oldest, r.measured_at or oldest))
 
 
 def _judged(row: Row, check: Check | None) -> CalibrationLine:
@@ -106,5 +100,5 @@ def calibration_table(rows: Sequence[Row], checks: Sequence[Check]) -> list[Cali
                                          reason="no figure of this check in these results"))
             continue
         for machine in sorted({r.machine for r in mine}):
-            lines.append(_judged(_newest([r for r in mine if r.machine == machine]), by_name.get(name)))
+            lines.append(_judged(max((r for r in mine if r.machine == machine), key=recency), by_name.get(name)))
     return lines

@@ -13,7 +13,7 @@ import hashlib
 import re
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,14 +81,14 @@ class Chart:
     subtitle: str
     xlabel: str
     ylabel: str
-    xlog: bool
     ylog: bool
-    xticks: tuple[float, ...]
-    categories: tuple[str, ...]
-    reference: float | None
-    reference_label: str
     panels: tuple[Panel, ...]
     notes: tuple[str, ...]
+    xlog: bool = False
+    xticks: tuple[float, ...] = ()
+    categories: tuple[str, ...] = ()
+    reference: float | None = None
+    reference_label: str = ""
 
 
 def _slug(text: str) -> str:
@@ -119,10 +119,7 @@ def _is_number(value: Any) -> bool:
 
 
 def _values_in_order(rows: Iterable[Row], name: str) -> list[Any]:
-    seen: dict[Any, None] = {}
-    for row in rows:
-        seen.setdefault(row.params.get(name), None)
-    return list(seen)
+    return list(dict.fromkeys(row.params.get(name) for row in rows))
 
 
 def size_axis(rows: Sequence[Row]) -> str | None:
@@ -200,6 +197,19 @@ def _notes(empty_facets: list[str], missing: list[str]) -> tuple[str, ...]:
     return tuple(notes)
 
 
+def _panels(facets: Mapping[tuple[tuple[str, Any], ...], Mapping[Any, list[Row]]],
+            series_of: Callable[[Any, list[Row]], Series]) -> tuple[list[Panel], list[str]]:
+    """The facets with a measured figure as panels (a series per line or variant), and the titles of the others."""
+    panels, empty = [], []
+    for facet, by_series in facets.items():
+        series = tuple(series_of(key, rows) for key, rows in by_series.items())
+        if any(s.points for s in series):
+            panels.append(Panel(_facet_title(facet), series))
+        else:
+            empty.append(_facet_title(facet))
+    return panels, empty
+
+
 def _figure_label(row: Row) -> str:
     return "time per call" if row.kind == "time" else row.figure.split("_", 1)[-1].replace("_", " ")
 
@@ -229,27 +239,19 @@ def line_chart(rows: Sequence[Row]) -> Chart | None:
         facet = tuple((n, v) for n, v in row.params.items() if n not in lines_by and n != axis)
         facets[facet][tuple(row.params[n] for n in lines_by)].append(row)
     label = _figure_label(first)
-    panels, empty = [], []
-    for facet, by_line in facets.items():
-        series = []
-        for line_key, line_rows in by_line.items():
-            ok = [(r.params[axis], r.value) for r in line_rows if r.measured and r.value is not None]
-            points = tuple(sorted((float(x), value / scale) for x, value in ok))
-            missing = tuple(sorted(float(r.params[axis]) for r in line_rows if not r.measured))
-            values = dict(zip(lines_by, line_key, strict=True))
-            series.append(
-                Series(
-                    label=", ".join(str(v) for v in line_key) or label,
-                    variant=str(values.get("variant", "")),
-                    style=styles.get(values.get("mode"), 0),
-                    points=points,
-                    missing=missing,
-                )
-            )
-        if any(s.points for s in series):
-            panels.append(Panel(_facet_title(facet), tuple(series)))
-        else:
-            empty.append(_facet_title(facet))
+
+    def line(line_key: tuple[Any, ...], line_rows: list[Row]) -> Series:
+        ok = [(r.params[axis], r.value) for r in line_rows if r.measured and r.value is not None]
+        values = dict(zip(lines_by, line_key, strict=True))
+        return Series(
+            label=", ".join(str(v) for v in line_key) or label,
+            variant=str(values.get("variant", "")),
+            style=styles.get(values.get("mode"), 0),
+            points=tuple(sorted((float(x), value / scale) for x, value in ok)),
+            missing=tuple(sorted(float(r.params[axis]) for r in line_rows if not r.measured)),
+        )
+
+    panels, empty = _panels(facets, line)
     notes = _notes(empty, _missing_notes(panels, lambda x: f"{axis}={compact(int(x) if x == int(x) else x)}"))
     xs = [float(v) for v in _values_in_order(rows, axis)]
     wide_x, wide_y = _wide(xs), _wide(measured)
@@ -264,9 +266,6 @@ def line_chart(rows: Sequence[Row]) -> Chart | None:
         xlog=wide_x,
         ylog=wide_x or wide_y,
         xticks=tuple(xs),
-        categories=(),
-        reference=None,
-        reference_label="",
         panels=tuple(panels),
         notes=notes,
     )
@@ -295,22 +294,18 @@ def ratio_chart(rows: Sequence[Row]) -> Chart | None:
     facets: dict[tuple[tuple[str, Any], ...], dict[str, list[Row]]] = defaultdict(lambda: defaultdict(list))
     for row in shown:
         facets[tuple((n, row.params[n]) for n in facet_by)][str(row.params.get("variant", ""))].append(row)
-    panels, empty = [], []
-    for facet, by_variant in facets.items():
-        series = []
-        for variant, variant_rows in by_variant.items():
-            points, missing = [], []
-            for row in variant_rows:
-                x = float(categories.index(tuple(row.params[n] for n in category_by)))
-                if row.measured and row.value is not None:
-                    points.append((x, row.value))
-                else:
-                    missing.append(x)
-            series.append(Series(variant, variant, styles[variant], tuple(sorted(points)), tuple(sorted(missing))))
-        if any(s.points for s in series):
-            panels.append(Panel(_facet_title(facet), tuple(series)))
-        else:
-            empty.append(_facet_title(facet))
+
+    def bars(variant: str, variant_rows: list[Row]) -> Series:
+        points, missing = [], []
+        for row in variant_rows:
+            x = float(categories.index(tuple(row.params[n] for n in category_by)))
+            if row.measured and row.value is not None:
+                points.append((x, row.value))
+            else:
+                missing.append(x)
+        return Series(variant, variant, styles[variant], tuple(sorted(points)), tuple(sorted(missing)))
+
+    panels, empty = _panels(facets, bars)
     values = [y for p in panels for s in p.series for _, y in s.points] + [1.0]
     notes = _notes(empty, _missing_notes(panels, lambda x: _category_label(category_by, categories[int(x)], ", ")))
     wide = _wide(values)
@@ -324,9 +319,7 @@ def ratio_chart(rows: Sequence[Row]) -> Chart | None:
         subtitle=_subtitle(first),
         xlabel=", ".join(n.replace("_", " ") for n in category_by),
         ylabel=f"{label} over {baseline} (x, above 1 = faster)" + (" (log scale)" if wide else ""),
-        xlog=False,
         ylog=wide,
-        xticks=(),
         categories=tuple(_category_label(category_by, c, "\n") for c in categories),
         reference=1.0,
         reference_label=f"{baseline} (1x)",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from pitfalls.markdown import table
 from pitfalls.report.loading import file_rows
 from pitfalls.report.rows import Row
 
-__all__ = ["COLUMNS", "Column", "ladder_lines", "main"]
+__all__ = ["COLUMNS", "Column", "ladder_lines", "ladder_of", "main"]
 
 # The case axes a line is told apart by; the workers are a line's columns; the device is the results' CPU.
 _WORKERS = "num_workers"
@@ -118,21 +118,29 @@ def ladder_lines(rows: Sequence[Row]) -> list[str]:
     return shown
 
 
-def main(argv: Sequence[str] | None = None, out: Callable[[str], object] = print) -> int:
+def ladder_of(results_file: Path) -> list[str]:
+    """The ladder table of one results file.
+
+    Raises:
+        ValueError: the file is not a results file or holds no loader figures.
+    """
+    lines = ladder_lines(file_rows(results_file))
+    if not lines:
+        raise ValueError(f"{str(results_file)!r} holds no loader figures")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     """Print the ladder of one results file; exit 2 with one line on a path that is not one."""
     parser = argparse.ArgumentParser(prog="python -m pitfalls.report.ladder", description=__doc__)
     parser.add_argument("results_file", type=Path, help="results/<machine>/<commit>-<env>.json")
     args = parser.parse_args(argv)
     try:
-        lines = ladder_lines(file_rows(args.results_file))
+        lines = ladder_of(args.results_file)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if not lines:
-        print(f"error: {str(args.results_file)!r} holds no loader figures", file=sys.stderr)
-        return 2
-    for line in lines:
-        out(line)
+    print("\n".join(lines))
     return 0
 
 

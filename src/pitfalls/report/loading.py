@@ -24,12 +24,12 @@ from asv import results as asv_results
 from pitfalls import asv_files
 from pitfalls.report.rows import FAILED, OK, SKIPPED, Row
 
-__all__ = ["LoadedResults", "StandIn", "Unreadable", "file_rows", "read_results", "torch_version"]
+__all__ = ["ASV_KINDS", "LoadedResults", "StandIn", "Unreadable", "file_rows", "read_results", "torch_version"]
 
 log = logging.getLogger(__name__)
 
 # asv's benchmark types (benchmarks.json "type") -> the method-name prefix the report calls them by.
-_ASV_TYPES = {"time": "time", "peakmemory": "peakmem", "memory": "mem", "track": "track"}
+ASV_KINDS = {"time": "time", "peakmemory": "peakmem", "memory": "mem", "track": "track"}
 # A torch version inside an asv environment name: asv names a matrix environment "virtualenv-py3.11-torch2.13.0".
 _TORCH_IN_NAME = re.compile(r"(?:^|[-_])torch[-_]?(\d+(?:\.\d+)*[A-Za-z0-9.+]*)")
 
@@ -171,7 +171,7 @@ def _benchmark_meta(root: Path, unreadable: list[Unreadable], notes: list[str]) 
 
 def _kind_and_unit(name: str, meta: Mapping[str, Any] | None) -> tuple[str, str]:
     """The benchmark's kind ("time", "peakmem", "mem", "track") and unit, from benchmarks.json or its name."""
-    kind = _ASV_TYPES.get(str((meta or {}).get("type")))
+    kind = ASV_KINDS.get(str((meta or {}).get("type")))
     if kind is None:
         method = name.rsplit(".", 1)[-1]
         kind = next((k for k in ("time", "timeraw", "peakmem", "mem") if method.startswith(k + "_")), "track")
@@ -390,10 +390,8 @@ def read_results(
     rows = [row for part, _ in parts for row in part.rows]
     unreadable += [problem for part, _ in parts for problem in part.unreadable]
     stand_ins = [stand_in for part, _ in parts for stand_in in part.stand_ins]
-    for problem in unreadable:
+    for problem in [*unreadable, *stand_ins]:
         log.warning("pitfalls report: %s", problem)
-    for stand_in in stand_ins:
-        log.warning("pitfalls report: %s", stand_in)
     if not rows:
         where = f"machine {machine!r} in {str(root)!r}" if machine else repr(str(root))
         left_out = "; ".join(str(u) for u in unreadable)

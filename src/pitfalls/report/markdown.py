@@ -131,6 +131,10 @@ def _ordered_names(names: Iterable[str]) -> list[str]:
     return (["variant"] if "variant" in names else []) + [n for n in names if n != "variant"]
 
 
+# A table's cases (each parameter's value, in the table's order) -> its rows by figure or environment.
+_Cases = dict[tuple[Any, ...], dict[str, Row]]
+
+
 @dataclass(frozen=True)
 class _Skips:
     """Which cases of a table are skipped in every column, and the parameter values skipped in every case.
@@ -144,16 +148,11 @@ class _Skips:
     dead: list[tuple[str, Any]]
 
     @classmethod
-    def of(
-        cls, names: Sequence[str], table: Mapping[tuple[Any, ...], Mapping[str, Row]], keys: Iterable[str]
-    ) -> _Skips:
+    def of(cls, names: Sequence[str], table: _Cases, keys: Iterable[str]) -> _Skips:
         keys = list(keys)
         cases = [dict(zip(names, case, strict=True)) for case in table]
-        all_na = [
-            dict(zip(names, case, strict=True))
-            for case, by_key in table.items()
-            if all(by_key.get(k) is None or by_key[k].status == SKIPPED for k in keys)
-        ]
+        all_na = [case for case, by_key in zip(cases, table.values(), strict=True)
+                  if all(by_key.get(k) is None or by_key[k].status == SKIPPED for k in keys)]
         dead = []
         if len(all_na) < len(cases):
             # A value (such as device=cuda) of more than one case, though not of every case, all of them n/a.
@@ -183,30 +182,26 @@ class _Skips:
         return lines
 
 
-@dataclass(frozen=True)
-class _Column:
-    """One column of a table: its heading and how a case's cell is made from the case's rows (figure -> row)."""
-
-    heading: str
-    cell: Callable[[tuple[Any, ...], dict[str, Row]], str]
+# One column of a table: its heading, and how a case's cell is made from the case's rows (figure -> row).
+_Column = tuple[str, Callable[[tuple[Any, ...], dict[str, Row]], str]]
 
 
 def _figure_column(key: str, heading: str) -> _Column:
-    return _Column(heading, lambda _case, by_key: _cell(by_key.get(key)))
+    return heading, lambda _case, by_key: _cell(by_key.get(key))
 
 
-def _floor_column(key: str, heading: str, names: list[str], cells: Mapping[tuple[Any, ...], dict[str, Row]]) -> _Column:
+def _floor_column(key: str, heading: str, names: list[str], cells: _Cases) -> _Column:
     at = names.index("variant")
 
     def cell(case: tuple[Any, ...], by_key: dict[str, Row]) -> str:
         floor_case = case[:at] + (FLOOR,) + case[at + 1 :]
         return _floor_cell(by_key.get(key), cells.get(floor_case, {}).get(key))
 
-    return _Column(heading, cell)
+    return heading, cell
 
 
 def _columns(
-    names: list[str], figures: Mapping[str, list[Row]], cells: Mapping[tuple[Any, ...], dict[str, Row]], baseline: str
+    names: list[str], figures: Mapping[str, list[Row]], cells: _Cases, baseline: str
 ) -> tuple[list[_Column], list[str]]:
     """The figure columns of a table in the preferred order, with an "x floor" column after the speedup (or the
     time) for each time_ figure, and the notes to print under the table."""
@@ -228,31 +223,37 @@ def _columns(
     return columns[:after] + floor_columns + columns[after:], []
 
 
+def _by_case(rows: Iterable[Row], names: Sequence[str], key: Callable[[Row], str]) -> _Cases:
+    """Each case's rows by ``key``, the case being its values of the parameters ``names``, in first-seen order."""
+    cases: _Cases = defaultdict(dict)
+    for row in rows:
+        cases[tuple(row.params[n] for n in names)][key(row)] = row
+    return cases
+
+
 def _tables(rows: Sequence[Row], title: str) -> list[str]:
     """The tables of one family (or one other benchmark class) in one run: one per parameter set."""
     baseline = baseline_variant(rows)
     lines: list[str] = []
     for shape, shape_rows in sorted(group(rows, lambda r: tuple(r.params)).items(), key=lambda item: -len(item[0])):
         names = _ordered_names(shape)
-        figures: dict[str, list[Row]] = defaultdict(list)
-        cells: dict[tuple[Any, ...], dict[str, Row]] = defaultdict(dict)
-        for row in shape_rows:
-            figures[row.figure].append(row)
-            cells[tuple(row.params[n] for n in names)][row.figure] = row
+        figures = group(shape_rows, lambda r: r.figure)
+        cells = _by_case(shape_rows, names, lambda r: r.figure)
         columns, notes = _columns(names, figures, cells, baseline)
         skips = _Skips.of(names, cells, figures)
         body = [
-            [str(v) for v in case] + [column.cell(case, by_key) for column in columns]
+            [str(v) for v in case] + [cell(case, by_key) for _, cell in columns]
             for case, by_key in cells.items()
             if skips.shown(names, case)
         ]
         benchmarks = ", ".join(f"`{b}`" for b in sorted({r.benchmark for r in shape_rows}))
         lines += [f"#### {title}: per {_param_heading(names)}", "", f"Benchmarks: {benchmarks}.", ""]
-        figures_text = ", ".join(c.heading for c in columns if not c.heading.startswith("x floor"))
+        headings = [heading for heading, _ in columns]
+        figures_text = ", ".join(h for h in headings if not h.startswith("x floor"))
         if skips.everything:
             lines += [f"{figures_text}: n/a (skipped) for every case ({len(skips.cases)} cases).", ""]
             continue
-        lines += markdown_table(list(names) + [c.heading for c in columns], body)
+        lines += markdown_table(list(names) + headings, body)
         lines.append("")
         lines += skips.lines(f"{figures_text}: n/a (skipped)")
         for note in notes:
@@ -261,26 +262,14 @@ def _tables(rows: Sequence[Row], title: str) -> list[str]:
 
 
 def _machine_line(facts: Mapping[str, Any]) -> str:
-    parts = []
-    if facts.get("cpu"):
-        parts.append(str(facts["cpu"]))
-    if facts.get("num_cpu"):
-        parts.append(f"{facts['num_cpu']} CPUs")
-    if facts.get("arch"):
-        parts.append(str(facts["arch"]))
-    if facts.get("os"):
-        parts.append(str(facts["os"]))
     ram = facts.get("ram")
-    if isinstance(ram, str) and ram.isdigit():
-        parts.append(f"{int(ram) / 2**30:.1f} GiB RAM")
-    return " · ".join(parts) if parts else "no machine facts recorded"
+    parts = [facts.get("cpu"), f"{facts['num_cpu']} CPUs" if facts.get("num_cpu") else None, facts.get("arch"),
+             facts.get("os"), f"{int(ram) / 2**30:.1f} GiB RAM" if isinstance(ram, str) and ram.isdigit() else None]
+    return " · ".join(str(part) for part in parts if part) or "no machine facts recorded"
 
 
 def _version_key(text: str) -> tuple[Any, ...]:
-    parts = []
-    for piece in text.replace("+", ".").split("."):
-        parts.append((0, int(piece), "") if piece.isdigit() else (1, 0, piece))
-    return tuple(parts)
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in text.replace("+", ".").split("."))
 
 
 def _env_order(row: Row) -> tuple[Any, ...]:
@@ -314,20 +303,16 @@ def comparison_markdown(rows: Sequence[Row]) -> str:
         if len(envs) < 2:
             continue
         labels = _env_labels(envs)
-        lines += [f"### {machine}: {' vs '.join(labels)} at commit {commit[:8]}", ""]
-        lines.append(
-            f"Time per call in each environment; the last column is {labels[-1]} / {labels[0]} (below 1: faster there)."
-        )
-        lines.append("")
+        lines += [f"### {machine}: {' vs '.join(labels)} at commit {commit[:8]}", "",
+                  f"Time per call in each environment; the last column is {labels[-1]} / {labels[0]} (below 1: "
+                  "faster there).", ""]
         times = [r for r in commit_rows if r.kind == "time"]
         # Rows compare when their axes are the same: a benchmark whose axes changed between the environments'
         # runs (asv's default names in one) gets a table per set of axes.
         by_axes = group(times, lambda r: (r.family, r.benchmark, tuple(r.params)))
         for (family, benchmark, _), bench_rows in by_axes.items():
             names = _ordered_names(bench_rows[0].params)
-            table: dict[tuple[Any, ...], dict[str, Row]] = defaultdict(dict)
-            for row in bench_rows:
-                table[tuple(row.params[n] for n in names)][row.env] = row
+            table = _by_case(bench_rows, names, lambda r: r.env)
             skips = _Skips.of(names, table, [e.env for e in envs])
             body = []
             for case, by_env in table.items():

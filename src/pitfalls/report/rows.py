@@ -12,12 +12,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FAILED", "FLOOR", "OK", "SKIPPED", "Row", "baseline_variant", "checked_rows", "env_label", "group"]
+__all__ = ["FAILED", "FLOOR", "OK", "SKIPPED", "Row", "baseline_variant", "checked_rows", "env_label", "group",
+           "recency"]
 
 OK, SKIPPED, FAILED = "ok", "skipped", "failed"
 # The reference case of a family: the last value of its benchmarks' `variant` axis, the best the hardware can do
 # for the family's job. The report shows it like a variant and divides every variant's time by it.
 FLOOR = "floor"
+_OLDEST = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,11 @@ class Row:
     def measured(self) -> bool:
         """True when the row holds a number (neither skipped nor failed)."""
         return self.status == OK and self.value is not None
+
+
+def recency(row: Row) -> tuple[dt.datetime, dt.datetime]:
+    """How recent a row's figure is: by its commit's date, then by when asv measured it (unknown: oldest)."""
+    return row.commit_date or _OLDEST, row.measured_at or _OLDEST
 
 
 def env_label(row: Row) -> str:

@@ -4,31 +4,14 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Sequence
 from pathlib import Path
 
 from pitfalls.report.claims import claims_markdown, machine_sources
 from pitfalls.report.loading import read_results
 from pitfalls.report.markdown import summary_markdown
-from pitfalls.report.rows import Row, checked_rows
 from pitfalls_asv_main import atomic_write
 
-__all__ = ["charts", "write_report"]
-
-
-def charts(rows: Sequence[Row], out_dir: str | os.PathLike[str]) -> list[Path]:
-    """Draw the PNG charts of the rows into ``out_dir`` (see `pitfalls.report.chart_data`).
-
-    Args:
-        rows: rows from `read_results`.
-        out_dir: folder for the PNGs (created if missing).
-
-    Returns:
-        The paths of the PNGs written.
-    """
-    from pitfalls.report.drawing import write_charts  # matplotlib loads only when charts are drawn
-
-    return [path for path, _ in write_charts(checked_rows(rows), Path(out_dir))]
+__all__ = ["write_report"]
 
 
 def write_report(
@@ -36,7 +19,6 @@ def write_report(
     out_dir: str | os.PathLike[str],
     machine: str | None = None,
     commit: str | None = None,
-    proof_dir: str | os.PathLike[str] | None = None,
 ) -> Path:
     """Write ``out_dir/README.md`` (the articles' claims measured, then the summary with its charts linked),
     ``out_dir/claims.md`` and the chart PNGs.
@@ -51,12 +33,11 @@ def write_report(
         machine: only this machine (default: all).
         commit: only this commit, compared across its environments (default: each environment's newest, and the
             newest commit measured in two or more environments compared).
-        proof_dir: the budgeted GPU runs' folder for the claims table (default: ``proof`` beside ``results_dir``).
 
     Returns:
         The path of the README.
     """
-    from pitfalls.report.drawing import write_charts
+    from pitfalls.report.drawing import write_charts  # matplotlib loads only when charts are drawn
 
     out = Path(out_dir)
     results = Path(results_dir)
@@ -72,7 +53,7 @@ def write_report(
     linked: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
     for path, key in write_charts(list(loaded.rows), out):
         linked[key].append(path.name)
-    proof = Path(proof_dir) if proof_dir is not None else results.parent / "proof"
+    proof = results.parent / "proof"  # the budgeted GPU runs' folder, for the claims table
     claims = claims_markdown(machine_sources(results, proof, rows=loaded.rows))
     atomic_write(out / "claims.md", lambda p: p.write_text(claims, encoding="utf-8"))
     head, _, rest = summary_markdown(loaded, linked, proof).partition("\n")
