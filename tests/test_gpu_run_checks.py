@@ -11,12 +11,14 @@ from typing import Any
 
 import pytest
 
+from pitfalls.calibration.run import all_checks
 from pitfalls.devices import cuda_available
 from pitfalls.family import Comparison
 from pitfalls.gpu_run import checks, report, syncs
 from pitfalls.gpu_run.outcome import ROWS_DONE, UNFINISHED, attempt, is_failure, piece_rows, section_text
 from pitfalls.gpu_run.plan import DONE, FAILED, NOT_SELECTED, Entry, Piece
 from pitfalls.gpu_run.sizes import ON_GPU, REHEARSAL
+from pitfalls.known.table import CUDA
 from pitfalls.probes import HazardCounts, Unavailable
 from pitfalls.registry import all_families, family
 
@@ -48,7 +50,9 @@ def test_at_the_rehearsals_sizes_the_checks_measure_real_hazards_and_give_reason
     nvml = {(r["family"], r["variant"]) for r in checks.nvml_while_looping("cpu", REHEARSAL)}
     assert nvml == {(e.name, v) for e in all_families().values() if "nvml" in e.figures for v in e.cases}
     calibration = {r["check"]: r["verdict"] for r in checks.calibration_cuda_rows("cpu", REHEARSAL)}
-    assert all(name.startswith("cuda: ") for name in calibration) and "cuda: one .item() is one sync" in calibration
+    # Every CUDA row of the table, the doctor's rules on a device among them, and no CPU row.
+    assert set(calibration) == {c.name for c in all_checks() if c.device == CUDA}
+    assert "cuda: one .item() is one sync" in calibration
     if not cuda_available():
         assert set(calibration.values()) == {"not run"}
 

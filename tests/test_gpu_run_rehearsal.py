@@ -19,8 +19,10 @@ from typing import Any
 import pytest
 from sandbox import make_sandbox
 
+from pitfalls.calibration.run import all_checks
 from pitfalls.gpu_run.pieces import PIECES
 from pitfalls.gpu_run.plan import DONE, MARGIN_S, OVER_BUDGET
+from pitfalls.known.table import CUDA
 from pitfalls.markdown import table
 from pitfalls.proofs import CALIBRATION, CORPUS, read_proof, read_proofs
 
@@ -128,7 +130,7 @@ def test_a_merged_runs_corpus_and_calibration_rows_reach_the_docs_tables(tmp_pat
     assert ran.returncode == 0, ran.stderr[-3000:]
     run = read_proof(out)
     corpus, calibration = run.corpus_syncs(), run.calibration_rows()
-    assert corpus and calibration and all(name.startswith("cuda: ") for name in calibration)
+    assert corpus and set(calibration) == {c.name for c in all_checks() if c.device == CUDA}
     repo = make_sandbox(tmp_path / "repo")
     before = {r.name for r in read_proofs(repo / "proof")}
     merged = _merge(archive, repo)

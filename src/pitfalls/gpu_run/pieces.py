@@ -144,7 +144,8 @@ _CATALOGUE: list[tuple[Piece, Measure]] = [
      _on_device(pinned_against_unpinned)),
     (Piece("proof loader step cost", 4, "the loader's model_ms step, planted against measured, and its verdict",
            {"cuda": 30, "cpu": 30}), _on_device(checks.loader_step_cost)),
-    (Piece("proof calibration cuda", 4, "the calibration table's CUDA rows", {"cuda": 60, "cpu": 15}),
+    # Its CUDA rows include the doctor's rules on a device: one doctor run of the planted rules script, 20-30 s.
+    (Piece("proof calibration cuda", 4, "the calibration table's CUDA rows", {"cuda": 90, "cpu": 15}),
      _on_device(checks.calibration_cuda_rows)),
     (Piece("doctor", 4, "pitfalls doctor on its planted script: real syncs per line, their stalls, copy bandwidth",
            {"cuda": 90, "cpu": 60}), _doctor),
