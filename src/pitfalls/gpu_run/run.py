@@ -71,11 +71,12 @@ def _environment() -> dict[str, Any]:
 
 
 def _facts(device: str, budget_s: float, root: Path) -> dict[str, Any]:
-    from pitfalls import runner
+    from pitfalls.runner.machine import hardware as read_hardware
+    from pitfalls.runner.machine import machine_name
     from pitfalls.runner.worktree import head_commit
 
-    hardware = runner.hardware(sys.executable, device)  # in a child: this process never touches CUDA
-    machine = os.environ.get("PITFALLS_MACHINE") or runner.machine_name(hardware)
+    hardware = read_hardware(sys.executable, device)  # in a child: this process never touches CUDA
+    machine = os.environ.get("PITFALLS_MACHINE") or machine_name(hardware)
     try:
         commit: str | None = head_commit(root)
     except Exception as error:  # noqa: BLE001 - no checkout: the run says so, the asv slices fail with it

@@ -81,7 +81,7 @@ def run_slice(piece: AsvSlice, out: Path, device: str, machine: str, facts: dict
         out: the run's folder.
         device: "cuda" or "cpu".
         machine: the asv machine name the results go under.
-        facts: the machine's hardware facts (`pitfalls.runner.hardware`), read once by the run.
+        facts: the machine's hardware facts (`pitfalls.runner.machine.hardware`), read once by the run.
         root: the checkout (asv measures its HEAD commit).
 
     Returns:

@@ -152,23 +152,19 @@ def _keep_unmerged(root: Path, stage: Stage) -> Path:
     return kept
 
 
-def run_marked(command: Sequence[str], stage: Stage, env: dict[str, str] | None = None) -> int:
-    """Run ``command`` as a process of the job (marked, in its own session); stops the run's processes on a signal."""
-    child = processes.start(command, marker=stage.marker, env=env)
-    try:
-        return child.wait()
-    except Interrupted:
-        processes.stop(stage.marker, extra=[child])
-        raise
+def run_marked(command: Sequence[str], stage: Stage, env: dict[str, str] | None = None,
+               progress: Progress | None = None) -> int:
+    """Run ``command`` as a process of the job (marked, in its own session); stops the run's processes on a signal.
 
-
-def run_followed(command: Sequence[str], stage: Stage, env: dict[str, str], progress: Progress) -> int:
-    """`run_marked` with the command's output passed through `Progress` (what runs, the time left)."""
-    child = processes.start(command, marker=stage.marker, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, bufsize=1)
+    With ``progress``, the command's output passes through it (what runs, the time left).
+    """
+    piped = {} if progress is None else {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True,
+                                         "bufsize": 1}
+    child = processes.start(command, marker=stage.marker, env=env, **piped)
     try:
-        assert child.stdout is not None
-        progress.follow(child.stdout)
+        if progress is not None:
+            assert child.stdout is not None
+            progress.follow(child.stdout)
         return child.wait()
     except Interrupted:
         processes.stop(stage.marker, extra=[child])
@@ -217,7 +213,7 @@ def _measure(options: JobOptions, stage: Stage, paths: dict[str, Path], suffix: 
     run = StagedRun(options.root, results_dir, stage.path, record.name, (*run_args, *options.asv_args),
                     options.python)
     try:
-        done = run_staged(run, lambda command: run_followed(command, stage, env, Progress(expected)),
+        done = run_staged(run, lambda command: run_marked(command, stage, env, Progress(expected)),
                           lambda written: merged.extend(written or ["(nothing new)"]), publish)
     except RunnerError as error:
         kept = _keep_unmerged(options.root, stage)
