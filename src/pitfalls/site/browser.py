@@ -18,24 +18,13 @@ CHROMIUM_NAMES = ("chromium", "chromium-browser")
 
 # Headless, no sandbox (we run as root in containers), and none of the background traffic Chromium starts on
 # its own (component updates, sync, field trials): without these it tries many outside connections.
-BASE_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--hide-scrollbars",
-)
+BASE_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
+              "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars")
 
 # Every name resolves to nothing and every connection goes through a proxy that is not there (port 9, discard),
 # except loopback, which Chromium never proxies: a CDN fetch cannot succeed, not even by accident.
-OFFLINE_FLAGS = (
-    "--proxy-server=127.0.0.1:9",
-    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE localhost",
-)
+OFFLINE_FLAGS = ("--proxy-server=127.0.0.1:9",
+                 "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE localhost")
 
 
 def find_chromium() -> str | None:
@@ -43,15 +32,8 @@ def find_chromium() -> str | None:
     return next(filter(None, map(shutil.which, CHROMIUM_NAMES)), None)
 
 
-def render_page(
-    url: str,
-    screenshot_path: str | os.PathLike[str] | None = None,
-    *,
-    offline: bool = True,
-    window_size: tuple[int, int] = (1280, 900),
-    budget_ms: int = 10_000,
-    timeout_s: float = 120.0,
-) -> str:
+def render_page(url: str, screenshot_path: str | os.PathLike[str] | None = None, *, offline: bool = True,
+                window_size: tuple[int, int] = (1280, 900), budget_ms: int = 10_000, timeout_s: float = 120.0) -> str:
     """Load ``url`` in headless Chromium, let its scripts run, and return the rendered DOM.
 
     Args:
@@ -78,19 +60,11 @@ def render_page(
         raise ValueError(f"budget_ms={budget_ms!r} is not allowed; it must be positive")
     chromium = find_chromium()
     if chromium is None:
-        raise FileNotFoundError(
-            "no chromium on PATH; install the Debian package `chromium` (apt-get install -y chromium)"
-        )
+        raise FileNotFoundError("no chromium on PATH; install the Debian package `chromium` "
+                                "(apt-get install -y chromium)")
     with tempfile.TemporaryDirectory(prefix="pitfalls-chromium-") as profile:
-        command = [
-            chromium,
-            *BASE_FLAGS,
-            *(OFFLINE_FLAGS if offline else ()),
-            f"--window-size={width},{height}",
-            f"--user-data-dir={profile}",
-            f"--virtual-time-budget={budget_ms}",
-            "--dump-dom",
-        ]
+        command = [chromium, *BASE_FLAGS, *(OFFLINE_FLAGS if offline else ()), f"--window-size={width},{height}",
+                   f"--user-data-dir={profile}", f"--virtual-time-budget={budget_ms}", "--dump-dom"]
         if screenshot_path is not None:
             target = Path(screenshot_path).resolve()
             target.parent.mkdir(parents=True, exist_ok=True)

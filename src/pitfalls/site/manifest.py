@@ -138,27 +138,12 @@ def load_manifest(vendor_dir: Path = VENDOR_DIR) -> tuple[VendoredFile, ...]:
     files = []
     for entry in raw["files"]:
         source = Source(**entry["source"])
-        build = Build(
-            tool=entry["build"]["tool"],
-            version=entry["build"].get("version"),
-            args=tuple(entry["build"].get("args", ())),
-        )
+        build = Build(**{**entry["build"], "args": tuple(entry["build"].get("args", ()))})
         if source.registry not in REGISTRIES:
             raise ValueError(f"{path}: {entry['file']} has registry={source.registry!r}; allowed: {REGISTRIES}")
         if build.tool not in BUILD_TOOLS:
             raise ValueError(f"{path}: {entry['file']} has build tool={build.tool!r}; allowed: {BUILD_TOOLS}")
-        files.append(
-            VendoredFile(
-                file=entry["file"],
-                package=entry["package"],
-                version=entry["version"],
-                integrity=entry["integrity"],
-                source=source,
-                build=build,
-                url=entry.get("url"),
-                note=entry.get("note"),
-            )
-        )
+        files.append(VendoredFile(**{**entry, "source": source, "build": build}))
     return tuple(files)
 
 
