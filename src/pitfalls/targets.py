@@ -24,9 +24,8 @@ from types import ModuleType, TracebackType
 from pitfalls._import import file_module
 from pitfalls.probes.sites import is_user_file
 
-__all__ = [
-    "ScannedCodeError", "Target", "TargetError", "call_scanned", "load_target", "resolve_named", "scanned_traceback"
-]
+__all__ = ["ScannedCodeError", "Target", "TargetError", "call_scanned", "load_target", "required_parameters",
+           "resolve_named", "scanned_traceback"]
 
 FORMS = "FILE.py:NAME, MODULE:NAME or FAMILY/VARIANT"
 
@@ -124,25 +123,20 @@ def _import_module(text: str, name: str) -> ModuleType:
         raise ScannedCodeError(text, f"importing {name}", error) from error
 
 
-def _required_parameters(fn: Callable[..., object]) -> list[str]:
+def required_parameters(fn: Callable[..., object]) -> list[str]:
+    """The names of the parameters a call of ``fn`` must give (none known for a builtin without a signature)."""
     try:
-        signature = inspect.signature(fn)
+        parameters = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return []  # some builtins have no signature; calling them will tell
-    required = []
-    for parameter in signature.parameters.values():
-        if parameter.default is inspect.Parameter.empty and parameter.kind not in (
-            inspect.Parameter.VAR_POSITIONAL,
-            inspect.Parameter.VAR_KEYWORD,
-        ):
-            required.append(parameter.name)
-    return required
+    return [p.name for p in parameters
+            if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
 
 
 def _check_no_arguments(text: str, what: str, fn: object) -> Callable[[], object]:
     if not callable(fn):
         raise TargetError(f"TARGET {text!r}: {what} is not callable (it is {type(fn).__name__} {fn!r:.60})")
-    required = _required_parameters(fn)
+    required = required_parameters(fn)
     if required:
         raise TargetError(
             f"TARGET {text!r}: {what} needs arguments ({', '.join(required)}); give a function that takes none, "
@@ -186,12 +180,8 @@ def load_target(
         if re.fullmatch(r"\w+/\w+", text) and not text.endswith(".py"):
             return Target(text, _load_suite_case(text), warmed_up=False)
         raise TargetError(f"TARGET {text!r} names no function; expected {FORMS}")
-    location, _, name = text.rpartition(":")
-    if not location or not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", name):
-        raise TargetError(f"TARGET {text!r} is not {FORMS}")
-    is_file = location.endswith(".py") or "/" in location or "\\" in location
-    module = _load_file(text, location) if is_file else _import_module(text, location)
-    named = _check_no_arguments(text, name, _attribute(text, module, location, name))
+    name = text.rpartition(":")[2]
+    named = _check_no_arguments(text, name, resolve_named(text, malformed=f"TARGET {text!r} is not {FORMS}"))
     with first_call():
         returned = call_scanned(text, f"calling {name}()", named)
     if callable(returned) and not isinstance(returned, type):
@@ -200,11 +190,12 @@ def load_target(
     return Target(text, named, warmed_up=True)
 
 
-def resolve_named(text: str) -> object:
+def resolve_named(text: str, malformed: str = "") -> object:
     """The object that ``FILE.py:NAME`` or ``MODULE:NAME`` names, its module loaded (nothing called).
 
     Args:
         text: FILE.py:NAME or MODULE:NAME.
+        malformed: the error's message when ``text`` is of neither form ("": the forms named).
 
     Returns:
         The named object.
@@ -215,7 +206,7 @@ def resolve_named(text: str) -> object:
     """
     location, _, name = text.rpartition(":")
     if not location or not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", name):
-        raise TargetError(f"{text!r} is not FILE.py:NAME or MODULE:NAME")
+        raise TargetError(malformed or f"{text!r} is not FILE.py:NAME or MODULE:NAME")
     is_file = location.endswith(".py") or "/" in location or "\\" in location
     module = _load_file(text, location) if is_file else _import_module(text, location)
     return _attribute(text, module, location, name)

@@ -16,15 +16,8 @@ from pitfalls.scan_loader.deliver import WorkerDied
 from pitfalls.scan_loader.interrupts import raise_if_received, recorded
 from pitfalls.scan_loader.render import render
 from pitfalls.scan_loader.scan import ScanOptions, default_workers, scan_loader
-from pitfalls.scan_loader.target import (
-    TARGET_FORMS,
-    ScannedCodeError,
-    TargetError,
-    WrapOptions,
-    load_loader,
-    load_step,
-    user_traceback,
-)
+from pitfalls.scan_loader.target import TARGET_FORMS, WrapOptions, load_loader, load_step, user_traceback
+from pitfalls.targets import ScannedCodeError, TargetError
 
 __all__ = ["cmd_scan_loader", "register"]
 

@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from pitfalls.scan_loader.interrupts import ignore_in_child
 
-__all__ = ["ChildInit", "CyclingBatches", "batches_per_epoch", "rebuild", "worker_pids"]
+__all__ = ["ChildInit", "CyclingBatches", "rebuild", "worker_pids"]
 
 DEFAULT_PREFETCH = 2
 
@@ -45,14 +45,6 @@ class ChildInit:
         ignore_in_child()
         if self.user is not None:
             self.user(worker_id)
-
-
-def batches_per_epoch(loader: DataLoader[Any]) -> int | None:
-    """Batches in one epoch of the user's loader, or None when it has no length (an iterable dataset)."""
-    try:
-        return len(loader)
-    except TypeError:
-        return None
 
 
 def rebuild(loader: DataLoader[Any], *, workers: int, pin_memory: bool = False, persistent_workers: bool = False,

@@ -7,7 +7,6 @@ device), or a callable of none that returns one.
 
 from __future__ import annotations
 
-import inspect
 import os
 import traceback
 from collections.abc import Callable
@@ -19,12 +18,9 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from pitfalls.targets import ScannedCodeError, TargetError, call_scanned, resolve_named
+from pitfalls.targets import TargetError, call_scanned, required_parameters, resolve_named
 
-__all__ = [
-    "TARGET_FORMS", "ScannedCodeError", "Step", "TargetError", "WrapOptions", "load_loader", "load_step",
-    "user_traceback",
-]
+__all__ = ["TARGET_FORMS", "Step", "WrapOptions", "load_loader", "load_step", "user_traceback"]
 
 TARGET_FORMS = "FILE.py:NAME or MODULE:NAME"
 Step = Callable[[Any], object]
@@ -48,15 +44,6 @@ class WrapOptions:
     drop_last: bool = True
 
 
-def _required(fn: Callable[..., object]) -> list[str]:
-    try:
-        parameters = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return []
-    return [p.name for p in parameters
-            if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-
-
 def load_loader(text: str, wrap: WrapOptions = WrapOptions()) -> DataLoader[Any]:
     """The DataLoader that TARGET names, builds or wraps.
 
@@ -77,7 +64,7 @@ def load_loader(text: str, wrap: WrapOptions = WrapOptions()) -> DataLoader[Any]
         if not callable(named):
             raise TargetError(f"TARGET {text!r} is a {type(named).__name__}, not a DataLoader, a Dataset "
                               "or a function returning one")
-        needed = _required(named)
+        needed = required_parameters(named)
         if needed:
             raise TargetError(f"TARGET {text!r} needs arguments ({', '.join(needed)}); give a function of no "
                               "arguments that returns a DataLoader or a Dataset")
@@ -102,13 +89,13 @@ def load_step(text: str) -> Step:
         raise TargetError(str(error).replace("TARGET", "STEP", 1)) from None
     if not callable(named):
         raise TargetError(f"STEP {text!r} is a {type(named).__name__}, not callable")
-    needed = _required(named)
+    needed = required_parameters(named)
     if not needed and not isinstance(named, type):
         # A factory: what it returns is the step.
         named = call_scanned(text, f"calling {text.rpartition(':')[2]}()", named)
         if not callable(named):
             raise TargetError(f"STEP {text!r} returned a {type(named).__name__}, not a step taking a batch")
-        needed = _required(named)
+        needed = required_parameters(named)
     if len(needed) > 1:
         raise TargetError(f"STEP {text!r} needs {len(needed)} arguments ({', '.join(needed)}); a step takes one "
                           "batch")
