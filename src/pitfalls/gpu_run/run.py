@@ -73,12 +73,12 @@ def _environment() -> dict[str, Any]:
 def _facts(device: str, budget_s: float, root: Path) -> dict[str, Any]:
     from pitfalls.runner.machine import hardware as read_hardware
     from pitfalls.runner.machine import machine_name
-    from pitfalls.runner.worktree import head_commit
+    from pitfalls.runner.worktree import commit_of
 
     hardware = read_hardware(sys.executable, device)  # in a child: this process never touches CUDA
     machine = os.environ.get("PITFALLS_MACHINE") or machine_name(hardware)
     try:
-        commit: str | None = head_commit(root)
+        commit: str | None = commit_of(root)
     except Exception as error:  # noqa: BLE001 - no checkout: the run says so, the asv slices fail with it
         commit = f"unknown ({type(error).__name__}: {error})"
     return {"device": device, "machine": machine, "kind": device_kind(device, machine), "budget_s": budget_s,

@@ -97,7 +97,7 @@ def _gate(root: Path, stage: Stage, base: str, candidate: str, extra: Sequence[s
     env_name = select(root / CONF_NAME, [torch] if torch else [])[0]
     work = root / WORK
     # The machine's facts come from the project's record of it, as for the main job; the results stay apart.
-    record = prepare_machine(project_paths(root / CONF_NAME)["results_dir"], sys.executable)
+    record = prepare_machine(project_paths(root / CONF_NAME)["results_dir"])
     gate_times = gate_times_by_default(record.facts)
     measured = os.environ.get("PITFALLS_COMPARE_BENCH") or f"{COUNTS}|{TIMES}"
     conf = write_staged_conf(root / CONF_NAME, work, results_dir=work / "results")

@@ -37,7 +37,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -50,7 +50,7 @@ from pitfalls.runner.machine import DIRTY_SUFFIX, MachineRecord, hardware, machi
 from pitfalls.runner.progress import Durations, Progress, durations_of, newest_durations, time_table
 from pitfalls.runner.staged import StagedRun, run_staged
 from pitfalls.runner.staging import Stage, remove_stale
-from pitfalls.runner.worktree import changed_files, describe_changes, head_commit
+from pitfalls.runner.worktree import changed_files, commit_of, describe_changes
 
 __all__ = ["INSTALLED_ENV", "Interrupted", "JobOptions", "in_stage", "main", "prepare_machine", "run_job", "run_marked"]
 
@@ -98,7 +98,6 @@ class JobOptions:
             checkout in the installed environment).
         allow_dirty: record a run of a working tree that differs from HEAD, under ``<machine>-dirty``.
         publish: publish the site after merging.
-        python: the interpreter whose torch is measured (the main job's environment).
     """
 
     root: Path
@@ -106,21 +105,16 @@ class JobOptions:
     history: tuple[str, ...] = ()
     allow_dirty: bool = False
     publish: bool = True
-    python: str = field(default_factory=lambda: sys.executable)
 
 
-def prepare_machine(
-    results_dir: Path, python: str, *, device: str | None = None, suffix: str = ""
-) -> MachineRecord:
+def prepare_machine(results_dir: Path, suffix: str = "") -> MachineRecord:
     """Measure this machine, name it (``$PITFALLS_MACHINE`` overrides) and record its full facts for asv.
 
     Args:
         results_dir: the results folder whose machine.json holds facts already recorded.
-        python: the interpreter that runs the benchmarks.
-        device: "cpu" names a GPU machine by its CPU (a CPU-only run on it); None names it by what it has.
         suffix: appended to the name (``-dirty``).
     """
-    facts = hardware(python, device)
+    facts = hardware()
     base = os.environ.get(MACHINE_ENV) or machine_name(facts)
     record = record_machine(base + suffix, results_dir, facts, base_name=base)
     for line in record.describe_kept():
@@ -183,17 +177,17 @@ def _measure(options: JobOptions, stage: Stage, paths: dict[str, Path], suffix: 
     results_dir = paths["results_dir"]
     # A run limited by -b to some families' benchmarks proves those families: what it measures.
     families = gated_families(options.asv_args, paths["benchmark_dir"])
-    gate = [options.python, "-m", "pitfalls.cli", "check", *(f"--family={name}" for name in families or ())]
+    gate = [sys.executable, "-m", "pitfalls.cli", "check", *(f"--family={name}" for name in families or ())]
     log("== equivalence: every variant against naive"
         + (f" (of the families -b selects: {', '.join(families)})" if families else ""))
     status = run_marked(gate, stage)
     if status != 0:
         log(f"pitfalls check failed (exit {status}): nothing was measured; results/ is unchanged")
         return status
-    record = prepare_machine(results_dir, options.python, suffix=suffix)
+    record = prepare_machine(results_dir, suffix)
     facts = ", ".join(f"{key} {value}" for key, value in sorted(record.facts.items()) if key != "machine")
     log(f"== machine {record.name} ({facts})")
-    run_args = list(options.history) or ["-E", INSTALLED_ENV, "--set-commit-hash", head_commit(options.root)]
+    run_args = list(options.history) or ["-E", INSTALLED_ENV, "--set-commit-hash", commit_of(options.root)]
     log(f"== asv run {' '.join(run_args + list(options.asv_args))} (grid {grid})")
     env = dict(os.environ, TMPDIR=str(stage.tmp), PITFALLS_GRID=grid)
     # The main job's own environment (installed-py<X.Y>-torch<version>) first; history runs take any.
@@ -207,11 +201,10 @@ def _measure(options: JobOptions, stage: Stage, paths: dict[str, Path], suffix: 
         if not options.publish:
             return 0
         log("== publishing the HTML site")
-        return run_marked([options.python, "-m", "pitfalls.site.localize", "--config", str(options.root / CONF_NAME)],
+        return run_marked([sys.executable, "-m", "pitfalls.site.localize", "--config", str(options.root / CONF_NAME)],
                           stage)
 
-    run = StagedRun(options.root, results_dir, stage.path, record.name, (*run_args, *options.asv_args),
-                    options.python)
+    run = StagedRun(options.root, results_dir, stage.path, record.name, (*run_args, *options.asv_args))
     try:
         done = run_staged(run, lambda command: run_marked(command, stage, env, Progress(expected)),
                           lambda written: merged.extend(written or ["(nothing new)"]), publish)

@@ -152,9 +152,9 @@ class Progress:
             self.last_line = self.clock()
             return True
 
-    def follow(self, lines: Iterable[str], stop: threading.Event | None = None) -> None:
+    def follow(self, lines: Iterable[str]) -> None:
         """Pass every line through, a heartbeat thread beating until the lines end."""
-        ended = stop or threading.Event()
+        ended = threading.Event()
 
         def heartbeat() -> None:
             while not ended.wait(min(self.heartbeat_s, 5.0)):
