@@ -57,20 +57,19 @@ def check(vendor_dir: Path = VENDOR_DIR, template: Mapping[str, str] | None = No
     return problems
 
 
-def copy_to(target: Path, vendor_dir: Path = VENDOR_DIR) -> tuple[VendoredFile, ...]:
+def copy_to(target: Path) -> tuple[VendoredFile, ...]:
     """Copy the vendored files and their manifest into ``target``, verifying each file's hash on the way.
 
     Args:
         target: the folder to fill (created if missing).
-        vendor_dir: the folder to copy from.
 
     Returns:
         The files copied.
     """
     target = Path(target)
-    files = load_manifest(vendor_dir)
+    files = load_manifest()
     for item in files:
-        data = (Path(vendor_dir) / item.file).read_bytes()
+        data = (VENDOR_DIR / item.file).read_bytes()
         if not manifest.matches_integrity(data, item.integrity):
             raise RuntimeError(f"vendored {item.file} does not match {item.integrity}; the package's copy is damaged "
                                "(python -m pitfalls.site.assets --refresh rebuilds it)")
@@ -78,7 +77,7 @@ def copy_to(target: Path, vendor_dir: Path = VENDOR_DIR) -> tuple[VendoredFile, 
         path.parent.mkdir(parents=True, exist_ok=True)
         if not path.is_file() or path.read_bytes() != data:
             path.write_bytes(data)
-    shutil.copyfile(Path(vendor_dir) / manifest.MANIFEST_NAME, target / manifest.MANIFEST_NAME)
+    shutil.copyfile(VENDOR_DIR / manifest.MANIFEST_NAME, target / manifest.MANIFEST_NAME)
     return files
 
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 from pitfalls.site import manifest
@@ -118,16 +118,14 @@ def _leading_comment(data: bytes, member: str) -> bytes:
     return ("\n".join(lines).strip("\n") + "\n").encode("utf-8")
 
 
-def refresh(vendor_dir: Path = VENDOR_DIR, dest: Path | None = None, template: Mapping[str, str] | None = None,
-            log: Callable[[str], None] = print) -> list[Path]:
+def refresh(dest: Path | None = None, log: Callable[[str], None] = print) -> list[Path]:
     """Rebuild every vendored file from its registry package and verify it before writing anything.
 
     Needs the npm registry and PyPI, plus ``npm``, ``node`` and ``java`` on PATH.
 
     Args:
-        vendor_dir: the folder whose MANIFEST.json lists the files.
-        dest: where to write the rebuilt files (and a copy of the manifest); defaults to ``vendor_dir``.
-        template: ``{url: integrity}`` to check CDN files against; by default the installed asv's.
+        dest: where to write the rebuilt files (and a copy of the manifest); defaults to the package's vendor
+            folder.
         log: receives one line per step.
 
     Returns:
@@ -137,10 +135,9 @@ def refresh(vendor_dir: Path = VENDOR_DIR, dest: Path | None = None, template: M
         RuntimeError: a rebuilt file does not match its hash, or the template pins another hash; nothing is
             written then.
     """
-    vendor_dir = Path(vendor_dir)
-    dest = vendor_dir if dest is None else Path(dest)
-    template = manifest.template_assets() if template is None else template
-    files = manifest.load_manifest(vendor_dir)
+    dest = VENDOR_DIR if dest is None else Path(dest)
+    template = manifest.template_assets()
+    files = manifest.load_manifest()
     built: dict[str, bytes] = {}
     problems = []
     with tempfile.TemporaryDirectory(prefix="pitfalls-vendor-") as scratch:
@@ -164,6 +161,6 @@ def refresh(vendor_dir: Path = VENDOR_DIR, dest: Path | None = None, template: M
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
         written.append(path)
-    if dest.resolve() != vendor_dir.resolve():
-        shutil.copyfile(vendor_dir / manifest.MANIFEST_NAME, dest / manifest.MANIFEST_NAME)
+    if dest.resolve() != VENDOR_DIR.resolve():
+        shutil.copyfile(VENDOR_DIR / manifest.MANIFEST_NAME, dest / manifest.MANIFEST_NAME)
     return written
