@@ -24,7 +24,7 @@ from rich.text import Text
 from pitfalls._checks import check_int_at_least
 from pitfalls.argtypes import positive
 from pitfalls.probes.hostcopy import Provenance, keep_provenance
-from pitfalls.probes.sites import CallSite, HazardLocator, HazardSite
+from pitfalls.probes.sites import CallSite, HazardLocator, HazardSite, SourceLine
 from pitfalls.probes.syncs import HazardCounts
 from pitfalls.probes.trace import export_trace
 from pitfalls.targets import FORMS, ScannedCodeError, TargetError, call_scanned, load_target, scanned_traceback
@@ -74,42 +74,31 @@ class ScanReport:
             "trace": self.trace,
             "hazards": [
                 {
-                    "path": site.line.path if site.line else None,
-                    "line": site.line.lineno if site.line else None,
-                    "function": site.line.function if site.line else None,
-                    "code": site.line.code if site.line else None,
+                    **_line_json(site.line),
                     "op": site.kind.op,
                     "label": site.label,
                     "backward": site.in_backward,
                     "count": site.count,
                     "per_call": self.site_per_call(site),
                     "rewrite": site.kind.rewrite,
-                    "call_sites": [
-                        {
-                            "count": call.count,
-                            "per_call": call.count / self.calls,
-                            "frames": [
-                                {"path": f.path, "line": f.lineno, "function": f.function, "code": f.code}
-                                for f in call.frames
-                            ],
-                        }
-                        for call in site.call_sites
-                    ],
+                    "call_sites": [{"count": call.count, "per_call": call.count / self.calls,
+                                    "frames": [_line_json(frame) for frame in call.frames]}
+                                   for call in site.call_sites],
                 }
                 for site in self.sites
             ],
         }
 
 
-def scan_step(
-    step: Callable[[], object],
-    *,
-    calls: int = DEFAULT_CALLS,
-    warmup: int = 1,
-    trace: str | Path | None = None,
-    name: str = "step",
-    provenance: Provenance | None = None,
-) -> ScanReport:
+def _line_json(line: SourceLine | None) -> dict[str, Any]:
+    """A source line as JSON values: its path, number, function and code (each None without a line)."""
+    if line is None:
+        return dict.fromkeys(("path", "line", "function", "code"))
+    return {"path": line.path, "line": line.lineno, "function": line.function, "code": line.code}
+
+
+def scan_step(step: Callable[[], object], *, calls: int = DEFAULT_CALLS, warmup: int = 1,
+              trace: str | Path | None = None, name: str = "step", provenance: Provenance | None = None) -> ScanReport:
     """Run `step` `warmup` times, then `calls` times under a `HazardLocator`, and report its hazards by line.
 
     The warm-up calls run eagerly while the tensors they make on the host are recorded (`keep_provenance`), so a

@@ -480,37 +480,18 @@ HELPER = Construct(helper_called_twice, 2)
 
 
 def line_of(fn: Callable[..., object]) -> tuple[str, int]:
-    """The file and the number of the last line of a function (a construct's one line, the helper's return).
-
-    Args:
-        fn: a function of this module.
-
-    Returns:
-        (path, line number).
-    """
+    """(path, line number) of the last line of a function of this module (a construct's one line, the helper's)."""
     lines, start = inspect.getsourcelines(fn)
     return inspect.getsourcefile(fn) or "", start + len(lines) - 1
 
 
 def runs_on(construct: Construct, device: str | torch.device) -> bool:
-    """Whether a construct runs on `device` (one that needs CUDA runs there only).
-
-    Args:
-        construct: a construct of the corpus.
-        device: a device or its name.
-
-    Returns:
-        True when the construct runs there.
-    """
+    """Whether a construct runs on `device` (a device or its name): one that needs CUDA runs there only."""
     return not construct.needs_cuda or torch.device(device).type == "cuda"
 
 
 def run_corpus(d: SimpleNamespace) -> None:
-    """Call every construct that runs on the data's device once, then the helper: one step over the corpus.
-
-    Args:
-        d: the corpus data, from `corpus_data`.
-    """
+    """One step over the corpus data ``d`` (`corpus_data`): every construct that runs on its device, then the helper."""
     for construct in CORPUS:
         if runs_on(construct, d.device):
             construct.run(d)

@@ -159,9 +159,8 @@ def _attribute(text: str, module: ModuleType, where: str, name: str) -> object:
     return value
 
 
-def load_target(
-    text: str, first_call: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext
-) -> Target:
+def load_target(text: str,
+                first_call: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext) -> Target:
     """Load a TARGET and return the step to scan (see the module docstring for the rule).
 
     Args:

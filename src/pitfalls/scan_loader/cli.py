@@ -16,7 +16,7 @@ from pitfalls.scan_loader.deliver import WorkerDied
 from pitfalls.scan_loader.interrupts import raise_if_received, recorded
 from pitfalls.scan_loader.render import render
 from pitfalls.scan_loader.scan import ScanOptions, default_workers, scan_loader
-from pitfalls.scan_loader.target import TARGET_FORMS, WrapOptions, load_loader, load_step, user_traceback
+from pitfalls.scan_loader.target import TARGET_FORMS, load_loader, load_step, user_traceback
 from pitfalls.targets import ScannedCodeError, TargetError
 
 __all__ = ["cmd_scan_loader", "register"]
@@ -49,7 +49,7 @@ def cmd_scan_loader(args: argparse.Namespace, console: Console) -> int:
     options = ScanOptions(device=device, workers=args.workers or default_workers(), budget_s=args.budget)
     try:
         with recorded():
-            loader = load_loader(args.target, WrapOptions(batch_size=args.batch_size))
+            loader = load_loader(args.target, args.batch_size)
             step = load_step(args.step) if args.step else None
             report = scan_loader(loader, step, options, target=args.target, step_name=args.step or "step")
             raise_if_received()

@@ -1,8 +1,8 @@
 """Turn `pitfalls scan-loader`'s TARGET and STEP into a DataLoader and a step of one batch.
 
 TARGET names a DataLoader, a Dataset, or a callable of no arguments that returns one (called once); a Dataset is
-wrapped in a DataLoader with the options given. STEP names a callable of one argument (the batch, already on the
-device), or a callable of none that returns one.
+wrapped in a DataLoader of the batch size given, in order, its last partial batch dropped. STEP names a callable of
+one argument (the batch, already on the device), or a callable of none that returns one.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -20,7 +19,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from pitfalls.targets import TargetError, call_scanned, required_parameters, resolve_named
 
-__all__ = ["TARGET_FORMS", "Step", "WrapOptions", "load_loader", "load_step", "user_traceback"]
+__all__ = ["TARGET_FORMS", "Step", "load_loader", "load_step", "user_traceback"]
 
 TARGET_FORMS = "FILE.py:NAME or MODULE:NAME"
 Step = Callable[[Any], object]
@@ -29,27 +28,12 @@ _PACKAGE_DIR = str(Path(__file__).resolve().parents[1]) + os.sep
 _TORCH_DIR = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
 
 
-@dataclass(frozen=True)
-class WrapOptions:
-    """How a bare Dataset is wrapped: DataLoader's own options for the loader being scanned.
-
-    Attributes:
-        batch_size: samples per batch.
-        shuffle: shuffle each epoch.
-        drop_last: drop the last, partial batch.
-    """
-
-    batch_size: int = 32
-    shuffle: bool = False
-    drop_last: bool = True
-
-
-def load_loader(text: str, wrap: WrapOptions = WrapOptions()) -> DataLoader[Any]:
+def load_loader(text: str, batch_size: int = 32) -> DataLoader[Any]:
     """The DataLoader that TARGET names, builds or wraps.
 
     Args:
         text: FILE.py:NAME or MODULE:NAME.
-        wrap: the options a bare Dataset is wrapped with.
+        batch_size: the batch size a bare Dataset is wrapped with.
 
     Returns:
         The user's DataLoader (or their Dataset wrapped in one).
@@ -72,7 +56,7 @@ def load_loader(text: str, wrap: WrapOptions = WrapOptions()) -> DataLoader[Any]
     if isinstance(value, DataLoader):
         return value
     if isinstance(value, Dataset):
-        return DataLoader(value, batch_size=wrap.batch_size, shuffle=wrap.shuffle, drop_last=wrap.drop_last)
+        return DataLoader(value, batch_size=batch_size, shuffle=False, drop_last=True)
     raise TargetError(f"TARGET {text!r} returned a {type(value).__name__}, not a DataLoader or a Dataset")
 
 
