@@ -132,11 +132,9 @@ def _compare(root: Path, base: str, candidate: str, extra: Sequence[str]) -> int
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``BASE [CANDIDATE] [-- asv continuous options]`` and run the gate."""
     args, extra = split_at_dashes(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(
-        prog="compare",
-        description="Measure two commits in one managed environment and fail on a real regression. "
-        "Exit 0: none; 1: a gated figure got worse; 2: a benchmark failed or bad input.",
-    )
+    parser = argparse.ArgumentParser(prog="compare", description="Measure two commits in one managed environment and "
+                                     "fail on a real regression. Exit 0: none; 1: a gated figure got worse; 2: a "
+                                     "benchmark failed or bad input.")
     parser.add_argument("base", help="the commit to compare against, e.g. origin/main")
     parser.add_argument("candidate", nargs="?", default="HEAD", help="the commit to test (default HEAD)")
     parsed = parser.parse_args(args)

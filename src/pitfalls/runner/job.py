@@ -129,10 +129,8 @@ def _check_dirty(options: JobOptions, ignore: Sequence[Path]) -> str:
         return ""
     listed = describe_changes(changed)
     if not options.allow_dirty:
-        raise RunnerError(
-            f"the working tree differs from HEAD ({listed}); commit or stash the changes, or pass --allow-dirty "
-            f"to record this run under the machine <machine>{DIRTY_SUFFIX}"
-        )
+        raise RunnerError(f"the working tree differs from HEAD ({listed}); commit or stash the changes, or pass "
+                          f"--allow-dirty to record this run under the machine <machine>{DIRTY_SUFFIX}")
     log(f"== uncommitted changes ({listed}): recording under the machine <machine>{DIRTY_SUFFIX}, not as HEAD")
     return DIRTY_SUFFIX
 
@@ -279,24 +277,22 @@ def run_job(options: JobOptions) -> int:
     store.check_writable(paths["results_dir"], *([paths["html_dir"]] if options.publish else []))
     suffix = "" if options.history else _check_dirty(options, [paths["results_dir"], paths["html_dir"]])
     merged: list[str] = []
-    return in_stage(
-        options.root,
-        lambda stage: _measure(options, stage, paths, suffix, grid, merged),
-        lambda: "; the results were merged before it" if merged else "; results/ is unchanged",
-    )
+    return in_stage(options.root, lambda stage: _measure(options, stage, paths, suffix, grid, merged),
+                    lambda: "; the results were merged before it" if merged else "; results/ is unchanged")
 
 
-def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-    """The job's own options; everything else goes to ``asv run``."""
-    parser = argparse.ArgumentParser(
-        prog="run-suite",
-        description="The main job: check every variant, run the asv suite on this checkout, merge, publish. "
-        "Other arguments go to `asv run` (e.g. -b SyncHazards --show-stderr).",
-    )
+def main(argv: Sequence[str] | None = None) -> int:
+    """``scripts/run-suite``: the main job on this checkout (the current folder); other arguments go to asv run."""
+    parser = argparse.ArgumentParser(prog="run-suite", description="The main job: check every variant, run the asv "
+                                     "suite on this checkout, merge, publish. Other arguments go to `asv run` (e.g. -b "
+                                     "SyncHazards --show-stderr).")
     parser.add_argument("--allow-dirty", action="store_true",
                         help=f"measure a working tree that differs from HEAD, recorded under <machine>{DIRTY_SUFFIX}")
     parser.add_argument("--no-publish", dest="publish", action="store_false", help="merge the results only")
-    return parser.parse_known_args(list(argv))
+    args, asv_args = parser.parse_known_args(sys.argv[1:] if argv is None else list(argv))
+    options = JobOptions(root=Path.cwd(), asv_args=tuple(asv_args), allow_dirty=args.allow_dirty,
+                         publish=args.publish)
+    return report_errors(lambda: run_job(options))
 
 
 def split_at_dashes(argv: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -315,11 +311,4 @@ def report_errors(run: Callable[[], int]) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``scripts/run-suite``: the main job on this checkout (the current folder)."""
-    args, asv_args = parse_args(sys.argv[1:] if argv is None else argv)
-    options = JobOptions(root=Path.cwd(), asv_args=tuple(asv_args), allow_dirty=args.allow_dirty,
-                         publish=args.publish)
-    return report_errors(lambda: run_job(options))
 
