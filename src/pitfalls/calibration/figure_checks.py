@@ -376,53 +376,48 @@ def _cuda_syncs(_device: str) -> Reading:
     return Reading(planted=1, measured=per_call, detail="one planted .item() per call, sync debug mode")
 
 
-def _nvml_busy(_device: str) -> Reading:
-    if (why := _no_cuda()) is not None:
-        return Reading(planted=50.0, measured=why)
-    cycles = int(_cycles_per_ms() * 10)
-
-    class HalfBusy:
-        device = torch.device("cuda")
-
-        def __call__(self) -> None:
-            torch.cuda._sleep(cycles)  # 10 ms on the GPU, then 10 ms with nothing queued
-            torch.cuda.synchronize()
-            time.sleep(0.010)
-
-    window = measure.nvml_window(HalfBusy(), torch.device("cuda"), measure.NVML_WINDOW_S)
-    if isinstance(window, Unavailable):
-        return Reading(planted=50.0, measured=window)
-    busy = window.utilization_pct
-    if isinstance(busy, Unavailable):
-        return Reading(planted=50.0, measured=busy)
-    return Reading(planted=50.0, measured=busy.mean, detail="10 ms kernel, 10 ms idle, NVML utilization")
-
-
-class _Idle:
-    """A call that queues nothing on the GPU: what an NVML window loops while only memory is read."""
+class _GpuLoop:
+    """What an NVML window loops: a ``torch.cuda._sleep`` of ``cycles`` (none: nothing queued), then 10 ms idle."""
 
     device = torch.device("cuda")
 
+    def __init__(self, cycles: int = 0) -> None:
+        self.cycles = cycles
+
     def __call__(self) -> None:
+        if self.cycles:
+            torch.cuda._sleep(self.cycles)
+            torch.cuda.synchronize()
         time.sleep(0.010)
 
 
-def _nvml_memory(mib: int) -> Callable[[str], Reading]:
-    def used() -> float | Unavailable:
-        window = measure.nvml_window(_Idle(), torch.device("cuda"), measure.NVML_WINDOW_S)
-        if isinstance(window, Unavailable):
-            return window
-        memory = window.memory_used_mib
-        return memory if isinstance(memory, Unavailable) else memory.mean
+def _nvml_mean(figure: str, cycles: int = 0) -> float | Unavailable:
+    """The mean of an NVML window's ``figure`` (``utilization_pct``, ``memory_used_mib``) over `_GpuLoop` calls."""
+    window = measure.nvml_window(_GpuLoop(cycles), torch.device("cuda"), measure.NVML_WINDOW_S)
+    if isinstance(window, Unavailable):
+        return window
+    value = getattr(window, figure)
+    return value if isinstance(value, Unavailable) else value.mean
 
+
+def _nvml_busy(_device: str) -> Reading:
+    if (why := _no_cuda()) is not None:
+        return Reading(planted=50.0, measured=why)
+    busy = _nvml_mean("utilization_pct", int(_cycles_per_ms() * 10))  # 10 ms on the GPU, then 10 ms of nothing
+    if isinstance(busy, Unavailable):
+        return Reading(planted=50.0, measured=busy)
+    return Reading(planted=50.0, measured=busy, detail="10 ms kernel, 10 ms idle, NVML utilization")
+
+
+def _nvml_memory(mib: int) -> Callable[[str], Reading]:
     def read(_device: str) -> Reading:
         if (why := _no_cuda()) is not None:
             return Reading(planted=mib, measured=why)
         torch.cuda.empty_cache()
-        bare = used()
+        bare = _nvml_mean("memory_used_mib")
         # ones, not empty: the pages are the device's either way (cudaMalloc backs them), and written is the case's.
         held = torch.ones(mib * MIB, dtype=torch.uint8, device="cuda")
-        holding = used()
+        holding = _nvml_mean("memory_used_mib")
         del held
         torch.cuda.empty_cache()
         if isinstance(bare, Unavailable) or isinstance(holding, Unavailable):
