@@ -132,14 +132,8 @@ def scan_step(step: Callable[[], object], *, calls: int = DEFAULT_CALLS, warmup:
             for _ in range(calls):
                 call_scanned(name, "running under the hazard counter", step)
         else:
-            device = "cuda" if torch.cuda.is_available() else None
-            export_trace(
-                lambda: call_scanned(name, "running under the profiler", step),
-                trace,
-                steps=calls,
-                warmup=0,
-                device=device,
-            )
+            export_trace(lambda: call_scanned(name, "running under the profiler", step), trace, steps=calls, warmup=0,
+                         device="cuda" if torch.cuda.is_available() else None)
     found = locator.result
     return ScanReport(name, calls, warmup, found.sites, found.counts, str(trace) if trace is not None else None)
 
@@ -162,11 +156,7 @@ def render(report: ScanReport, console: Console) -> None:
     if not report.sites:
         console.print(Text(f"no sync hazards found in {report.target} ({_calls(report)})"))
         return
-    table = Table(
-        title=Text(
-            f"sync hazards in {report.target}: {report.per_call:g} per call ({_calls(report)})"
-        )
-    )
+    table = Table(title=Text(f"sync hazards in {report.target}: {report.per_call:g} per call ({_calls(report)})"))
     table.add_column("where", no_wrap=True)
     table.add_column("code", max_width=52, overflow="ellipsis", no_wrap=True)
     table.add_column("op", max_width=24)
@@ -180,19 +170,12 @@ def render(report: ScanReport, console: Console) -> None:
         table.add_row(*(Text(cell) for cell in cells))
         for call in _shown_call_sites(site):
             caller = call.frames[0]
-            table.add_row(
-                Text(f"  <- {caller.short_where()}", style="dim"),
-                Text(caller.code, style="dim"),
-                Text("called from", style="dim"),
-                Text(f"{call.count / report.calls:g}", style="dim"),
-                Text(""),
-            )
+            dim = (f"  <- {caller.short_where()}", caller.code, "called from", f"{call.count / report.calls:g}")
+            table.add_row(*(Text(cell, style="dim") for cell in dim), Text(""))
     console.print(table)
-    console.print(
-        "counted on the eager program (compiled code runs eagerly while scanned); "
-        "backward ops are shown at the forward line that built them; a line reached from several callers lists "
-        "them under it (<-); --json gives every caller chain"
-    )
+    console.print("counted on the eager program (compiled code runs eagerly while scanned); backward ops are shown "
+                  "at the forward line that built them; a line reached from several callers lists them under it (<-); "
+                  "--json gives every caller chain")
 
 
 def _stderr(line: str) -> None:

@@ -572,12 +572,7 @@ def agreement(counted: Mapping[_Line, float], truth: Mapping[_Line, float]) -> A
     hits = sum(min(counted.get(line, 0), truth.get(line, 0)) for line in lines)
     total_counted = sum(counted.values())
     total_truth = sum(truth.values())
-    wrong = tuple(
-        sorted((line, counted.get(line, 0), truth.get(line, 0)) for line in lines
-               if counted.get(line, 0) != truth.get(line, 0))
-    )
-    return Agreement(
-        precision=hits / total_counted if total_counted else 1.0,
-        recall=hits / total_truth if total_truth else 1.0,
-        wrong=wrong,
-    )
+    wrong = tuple(sorted((line, counted.get(line, 0), truth.get(line, 0)) for line in lines
+                         if counted.get(line, 0) != truth.get(line, 0)))
+    return Agreement(precision=hits / total_counted if total_counted else 1.0,
+                     recall=hits / total_truth if total_truth else 1.0, wrong=wrong)

@@ -114,10 +114,8 @@ def _import_module(text: str, name: str) -> ModuleType:
         # Only the named module (or a package above it) being absent is a bad TARGET; an import failing inside
         # the user's module is the user's error, shown with its traceback.
         if error.name is not None and (name == error.name or name.startswith(error.name + ".")):
-            raise TargetError(
-                f"TARGET {text!r}: no module named {error.name!r} (is it installed or on PYTHONPATH? "
-                f"a file is named with its path, e.g. train.py:step)"
-            ) from None
+            raise TargetError(f"TARGET {text!r}: no module named {error.name!r} (is it installed or on PYTHONPATH? "
+                              f"a file is named with its path, e.g. train.py:step)") from None
         raise ScannedCodeError(text, f"importing {name}", error) from error
     except Exception as error:
         raise ScannedCodeError(text, f"importing {name}", error) from error
@@ -138,10 +136,8 @@ def _check_no_arguments(text: str, what: str, fn: object) -> Callable[[], object
         raise TargetError(f"TARGET {text!r}: {what} is not callable (it is {type(fn).__name__} {fn!r:.60})")
     required = required_parameters(fn)
     if required:
-        raise TargetError(
-            f"TARGET {text!r}: {what} needs arguments ({', '.join(required)}); give a function that takes none, "
-            "or a factory with no arguments that returns one"
-        )
+        raise TargetError(f"TARGET {text!r}: {what} needs arguments ({', '.join(required)}); give a function that "
+                          "takes none, or a factory with no arguments that returns one")
     return fn
 
 
