@@ -67,10 +67,10 @@ def call_scanned(target: str, stage: str, fn: Callable[[], object]) -> object:
         raise ScannedCodeError(target, stage, error) from error
 
 
-def scanned_traceback(error: BaseException) -> str:
-    """Format an exception of the scanned code, its traceback starting at the first frame of that code."""
+def scanned_traceback(error: BaseException, is_scanned: Callable[[str], bool] = is_user_file) -> str:
+    """Format an exception of the scanned code, its traceback starting at the first frame of a file ``is_scanned``."""
     tb: TracebackType | None = error.__traceback__
-    while tb is not None and not is_user_file(tb.tb_frame.f_code.co_filename):
+    while tb is not None and not is_scanned(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
     # No frame of the scanned code (a SyntaxError in its file): the error still names the file and line.
     return "".join(traceback.format_exception(type(error), error, tb))

@@ -49,18 +49,9 @@ class ChildInit:
 
 def rebuild(loader: DataLoader[Any], *, workers: int, pin_memory: bool = False, persistent_workers: bool = False,
             cycle: bool = True) -> DataLoader[Any]:
-    """The same dataset, sampler, collate function and worker options, with other workers, pinning, persistence.
-
-    Args:
-        loader: the user's DataLoader.
-        workers: num_workers.
-        pin_memory: DataLoader's pin_memory.
-        persistent_workers: DataLoader's persistent_workers (with workers only).
-        cycle: repeat the epochs without end (a map-style dataset with a batch sampler only).
-
-    Returns:
-        A new DataLoader; the user's is not touched.
-    """
+    """A new DataLoader over the user's dataset, sampler, collate function and worker options (the user's untouched),
+    with DataLoader's ``num_workers=workers``, ``pin_memory`` and ``persistent_workers`` (with workers only); with
+    ``cycle``, the epochs repeat without end (a map-style dataset with a batch sampler only)."""
     options: dict[str, Any] = {"num_workers": workers, "pin_memory": pin_memory, "collate_fn": loader.collate_fn,
                                "timeout": loader.timeout, "generator": loader.generator}
     if workers:

@@ -8,10 +8,8 @@ one argument (the batch, already on the device), or a callable of none that retu
 from __future__ import annotations
 
 import os
-import traceback
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import torch
@@ -19,7 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from pitfalls.targets import TargetError, call_scanned, required_parameters, resolve_named
 
-__all__ = ["TARGET_FORMS", "Step", "load_loader", "load_step", "user_traceback"]
+__all__ = ["TARGET_FORMS", "Step", "is_users", "load_loader", "load_step"]
 
 TARGET_FORMS = "FILE.py:NAME or MODULE:NAME"
 Step = Callable[[Any], object]
@@ -86,10 +84,6 @@ def load_step(text: str) -> Step:
     return named
 
 
-def user_traceback(error: BaseException) -> str:
-    """The user's exception, its traceback from the first frame that is neither torch's nor this suite's."""
-    tb: TracebackType | None = error.__traceback__
-    while tb is not None and os.path.realpath(tb.tb_frame.f_code.co_filename).startswith((_PACKAGE_DIR, _TORCH_DIR)):
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(type(error), error, tb))
-
+def is_users(filename: str) -> bool:
+    """Whether a traceback's file is the user's: neither torch's nor this suite's."""
+    return not os.path.realpath(filename).startswith((_PACKAGE_DIR, _TORCH_DIR))
