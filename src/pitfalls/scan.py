@@ -59,10 +59,6 @@ class ScanReport:
         """Hazards per call, every kind together."""
         return self.counts.total / self.calls
 
-    def site_per_call(self, site: HazardSite) -> float:
-        """One site's hazards per call."""
-        return site.count / self.calls
-
     def as_json(self) -> dict[str, Any]:
         """The report as plain JSON values; paths are absolute."""
         return {
@@ -79,7 +75,7 @@ class ScanReport:
                     "label": site.label,
                     "backward": site.in_backward,
                     "count": site.count,
-                    "per_call": self.site_per_call(site),
+                    "per_call": site.count / self.calls,
                     "rewrite": site.kind.rewrite,
                     "call_sites": [{"count": call.count, "per_call": call.count / self.calls,
                                     "frames": [_line_json(frame) for frame in call.frames]}
@@ -166,7 +162,7 @@ def render(report: ScanReport, console: Console) -> None:
         where = site.line.short_where() if site.line else "(no frame outside torch)"
         code = site.line.code if site.line else ""
         # Text, not markup: code such as x[mask] would otherwise be read as a rich style tag.
-        cells = (where, code, site.kind.op, f"{report.site_per_call(site):g}", site.kind.rewrite)
+        cells = (where, code, site.kind.op, f"{site.count / report.calls:g}", site.kind.rewrite)
         table.add_row(*(Text(cell) for cell in cells))
         for call in _shown_call_sites(site):
             caller = call.frames[0]

@@ -109,14 +109,8 @@ def _optimizers(g: torch.Generator, device: torch.device) -> dict[str, object]:
 
 
 def corpus_data(device: str | torch.device = "cpu") -> SimpleNamespace:
-    """The tensors the constructs read, all on `device`, the same values on every device.
-
-    Args:
-        device: where every tensor lives.
-
-    Returns:
-        A namespace of tensors; `y` and `w` are written to by the constructs.
-    """
+    """A namespace of the tensors the constructs read, all on `device`, the same values on every device (the
+    constructs write to `y` and `w`)."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(N, generator=g)
     d = SimpleNamespace(
@@ -502,14 +496,8 @@ _Line = tuple[str, int]
 
 
 def expected_per_line(device: str | torch.device | None = None) -> dict[_Line, int]:
-    """The labelled syncs per call of `run_corpus`, by source line (the helper's at its own line).
-
-    Args:
-        device: only the constructs that run there (None: every construct, the CUDA-only ones too).
-
-    Returns:
-        {(path, line): syncs per call}.
-    """
+    """``{(path, line): syncs per call}`` of `run_corpus` as labelled (the helper's at its own line), for the
+    constructs that run on `device` (None: every construct, the CUDA-only ones too)."""
     expected = {line_of(c.run): c.syncs for c in CORPUS if device is None or runs_on(c, device)}
     expected[line_of(_nonzero_rows)] = HELPER.syncs
     return expected

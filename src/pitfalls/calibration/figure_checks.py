@@ -299,12 +299,8 @@ def planted_compile(ms: float = COMPILE_MS,
             _compiled_figure(0, figure)
         differences = []
         for i in range(COMPILE_PAIRS):
-            if i % 2:
-                zero = _compiled_figure(0, figure)
-                differences.append(_compiled_figure(ms, figure) - zero)
-            else:
-                planted = _compiled_figure(ms, figure)
-                differences.append(planted - _compiled_figure(0, figure))
+            first, second = (_compiled_figure(m, figure) for m in ((0, ms) if i % 2 else (ms, 0)))
+            differences.append(second - first if i % 2 else first - second)
         shown = ", ".join(f"{d * 1e3:.1f}" for d in differences)
         return Reading(planted=ms, measured=statistics.median(differences) * 1e3,
                        detail=f"backend spinning {ms:g} ms against 0 ms, cold caches; median of {COMPILE_PAIRS} "

@@ -58,14 +58,8 @@ def check(vendor_dir: Path = VENDOR_DIR, template: Mapping[str, str] | None = No
 
 
 def copy_to(target: Path) -> tuple[VendoredFile, ...]:
-    """Copy the vendored files and their manifest into ``target``, verifying each file's hash on the way.
-
-    Args:
-        target: the folder to fill (created if missing).
-
-    Returns:
-        The files copied.
-    """
+    """Copy the vendored files and their manifest into ``target`` (made if missing), verifying each file's hash on the
+    way; returns the files copied."""
     target = Path(target)
     files = load_manifest()
     for item in files:

@@ -125,14 +125,7 @@ def matches_integrity(data: bytes, integrity: str) -> bool:
 
 
 def load_manifest(vendor_dir: Path = VENDOR_DIR) -> tuple[VendoredFile, ...]:
-    """Read ``vendor_dir/MANIFEST.json``.
-
-    Args:
-        vendor_dir: the folder holding the vendored files and their manifest.
-
-    Returns:
-        The vendored files, in manifest order.
-    """
+    """The vendored files that ``vendor_dir/MANIFEST.json`` lists, in its order."""
     path = Path(vendor_dir) / MANIFEST_NAME
     raw = json.loads(path.read_text(encoding="utf-8"))
     files = []
@@ -156,14 +149,8 @@ def asv_www_dir() -> Path:
 
 
 def template_assets(www_dir: Path | None = None) -> dict[str, str]:
-    """Map every CDN address in the asv template's HTML pages to its integrity hash.
-
-    Args:
-        www_dir: asv's template folder; by default the installed asv's.
-
-    Returns:
-        ``{url: integrity}``; an address without an integrity attribute maps to ``""``.
-    """
+    """``{url: integrity}`` of every CDN address in the HTML pages of asv's template folder ``www_dir`` (by default
+    the installed asv's); an address without an integrity attribute maps to ``""``."""
     www_dir = asv_www_dir() if www_dir is None else Path(www_dir)
     found: dict[str, str] = {}
     for page in sorted(www_dir.glob("*.html")):

@@ -62,14 +62,7 @@ class _Collector(HTMLParser):
 
 
 def resources(text: str) -> tuple[Resource, ...]:
-    """List the resources that ``text`` (an HTML page) makes the browser fetch.
-
-    Args:
-        text: the page's HTML.
-
-    Returns:
-        The resources in document order, local and external.
-    """
+    """The resources, local and external, that ``text`` (an HTML page) makes the browser fetch, in document order."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a str of HTML, got {type(text).__name__}")
     collector = _Collector(text)
