@@ -165,14 +165,14 @@ def test_the_report_of_a_run_stopped_part_way_marks_what_it_did_not_reach(tmp_pa
 @pytest.mark.slow
 def test_an_asv_slice_records_full_machine_facts_under_the_installed_environment(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pitfalls import runner
     from pitfalls.gpu_run.slices import AsvSlice, run_slice
+    from pitfalls.runner.machine import hardware, machine_name
 
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))  # a fresh machine: no ~/.asv-machine.json
-    facts = runner.hardware(sys.executable, "cpu")
-    name = runner.machine_name(facts)
+    facts = hardware(sys.executable, "cpu")
+    name = machine_name(facts)
     assert name.startswith("cpu-") and name.endswith("cpu")
     out = tmp_path / "out"
     out.mkdir()

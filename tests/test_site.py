@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pitfalls.site import assets, browser, localize, rebuild
+from pitfalls.site import assets, browser, localize, manifest, rebuild
 from pitfalls.site.localize import VENDOR_FOLDER, publish
 from pitfalls.site.markup import external_resources, replace_url, resources
 from pitfalls.site.server import check_loopback, make_server, serving
@@ -26,7 +26,7 @@ FAILED_TO_LOAD = "failed to load"
 def _template_site(target: Path) -> Path:
     """Copy the installed asv's page templates into ``target``: a site as `asv publish` writes it, minus data."""
     target.mkdir(parents=True, exist_ok=True)
-    for page in assets.asv_www_dir().glob("*.html"):
+    for page in manifest.asv_www_dir().glob("*.html"):
         shutil.copy(page, target / page.name)
     return target
 
@@ -36,39 +36,39 @@ def _template_site(target: Path) -> Path:
 
 def test_sri_matches_the_browsers_format():
     data = b"alert(1)"
-    token = assets.sri(data, "sha256")
+    token = manifest.sri(data, "sha256")
     assert token.startswith("sha256-") and token.endswith("=")
-    assert assets.matches_integrity(data, token)
-    assert not assets.matches_integrity(data + b" ", token)
+    assert manifest.matches_integrity(data, token)
+    assert not manifest.matches_integrity(data + b" ", token)
 
 
 def test_integrity_uses_only_the_strongest_algorithm_listed():
     data = b"x"
-    good_256, bad_512 = assets.sri(data, "sha256"), assets.sri(b"other", "sha512")
+    good_256, bad_512 = manifest.sri(data, "sha256"), manifest.sri(b"other", "sha512")
     # A browser ignores the weaker sha256 when a sha512 is given: the mismatching sha512 decides.
-    assert not assets.matches_integrity(data, f"{good_256} {bad_512}")
-    assert assets.matches_integrity(data, f"{bad_512} {assets.sri(data, 'sha512')}")
+    assert not manifest.matches_integrity(data, f"{good_256} {bad_512}")
+    assert manifest.matches_integrity(data, f"{bad_512} {manifest.sri(data, 'sha512')}")
 
 
 def test_bad_integrity_and_algorithm_are_refused():
     with pytest.raises(ValueError, match="integrity='md5-abc'"):
-        assets.matches_integrity(b"x", "md5-abc")
+        manifest.matches_integrity(b"x", "md5-abc")
     with pytest.raises(ValueError, match="algorithm='md5'"):
-        assets.sri(b"x", "md5")
+        manifest.sri(b"x", "md5")
 
 
 # --- vendored files against the installed asv ---------------------------------------------------------------
 
 
 def test_every_cdn_asset_of_the_installed_asv_is_vendored_with_its_exact_bytes():
-    template = assets.template_assets()
+    template = manifest.template_assets()
     assert len(template) == 10, f"asv's template loads {len(template)} CDN files: {sorted(template)}"
-    by_url = {item.url: item for item in assets.load_manifest() if item.url}
+    by_url = {item.url: item for item in manifest.load_manifest() if item.url}
     assert set(by_url) == set(template)
     for url, integrity in template.items():
         item = by_url[url]
-        data = (assets.VENDOR_DIR / item.file).read_bytes()
-        assert assets.matches_integrity(data, integrity), f"{item.file} does not match {url}'s {integrity}"
+        data = (manifest.VENDOR_DIR / item.file).read_bytes()
+        assert manifest.matches_integrity(data, integrity), f"{item.file} does not match {url}'s {integrity}"
 
 
 def test_check_passes_on_the_committed_files():
@@ -78,14 +78,14 @@ def test_check_passes_on_the_committed_files():
 
 def test_check_names_a_damaged_file(tmp_path):
     vendor = tmp_path / "vendor"
-    shutil.copytree(assets.VENDOR_DIR, vendor)
+    shutil.copytree(manifest.VENDOR_DIR, vendor)
     (vendor / "jquery/3.3.1/jquery.min.js").write_bytes(b"/* tampered */")
     problems = assets.check(vendor)
     assert len(problems) == 1 and problems[0].startswith("jquery/3.3.1/jquery.min.js")
 
 
 def test_check_names_the_asset_an_asv_upgrade_changed():
-    template = assets.template_assets()
+    template = manifest.template_assets()
     jquery = "https://code.jquery.com/jquery-3.3.1.min.js"
     changed = dict(template, **{jquery: "sha256-" + "A" * 43 + "="})
     problems = assets.check(template=changed)
@@ -99,12 +99,12 @@ def test_check_names_the_asset_an_asv_upgrade_changed():
 
 
 def test_every_vendored_library_carries_a_licence():
-    items = assets.load_manifest()
+    items = manifest.load_manifest()
     packages = {item.package for item in items}
     licensed = {item.package for item in items if "LICENSE" in Path(item.file).name}
     # flot-orderbars states its MIT licence in the vendored file's own header (the package ships no file).
     assert packages - licensed == {"flot-orderbars"}
-    header = (assets.VENDOR_DIR / "flot-orderbars/1.0.0/jquery.flot.orderBars.js").read_text(encoding="utf-8")
+    header = (manifest.VENDOR_DIR / "flot-orderbars/1.0.0/jquery.flot.orderBars.js").read_text(encoding="utf-8")
     assert "MIT license" in header
 
 
@@ -116,10 +116,10 @@ def test_every_vendored_library_carries_a_licence():
 )
 def test_refresh_rebuilds_the_committed_bytes_from_the_registries(tmp_path):
     written = rebuild.refresh(dest=tmp_path, log=lambda _line: None)
-    assert len(written) == len(assets.load_manifest())
+    assert len(written) == len(manifest.load_manifest())
     for path in written:
         relative = path.relative_to(tmp_path)
-        assert path.read_bytes() == (assets.VENDOR_DIR / relative).read_bytes(), relative
+        assert path.read_bytes() == (manifest.VENDOR_DIR / relative).read_bytes(), relative
 
 
 # --- finding and rewriting resources ------------------------------------------------------------------------
@@ -161,14 +161,14 @@ def test_publish_rewrites_every_cdn_address_and_keeps_the_hashes(tmp_path):
     after = (site / "index.html").read_text(encoding="utf-8")
     assert external_resources(after) == ()
     assert {url for _, url, _ in report.rewritten} == set(pinned)
-    manifest = {item.url: item for item in assets.load_manifest() if item.url}
+    by_url = {item.url: item for item in manifest.load_manifest() if item.url}
     local = {r.url: r.integrity for r in resources(after) if r.url.startswith(VENDOR_FOLDER + "/")}
     assert len(local) == 10
     for page, url, new in report.rewritten:
         assert page == "index.html"
-        assert new == f"{VENDOR_FOLDER}/{manifest[url].file}"
+        assert new == f"{VENDOR_FOLDER}/{by_url[url].file}"
         assert local[new] == pinned[url]  # the integrity attribute is kept as asv wrote it
-        assert assets.matches_integrity((site / new).read_bytes(), pinned[url])
+        assert manifest.matches_integrity((site / new).read_bytes(), pinned[url])
     # Only the addresses changed: the rest of the page is asv's, byte for byte.
     restored = after
     for _, url, new in report.rewritten:

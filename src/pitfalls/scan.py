@@ -24,7 +24,7 @@ from rich.text import Text
 from pitfalls._checks import check_int_at_least
 from pitfalls.argtypes import positive
 from pitfalls.probes.hostcopy import Provenance, keep_provenance
-from pitfalls.probes.sites import CallSite, HazardLocator, HazardSite
+from pitfalls.probes.sites import CallSite, HazardLocator, HazardSite, SourceLine
 from pitfalls.probes.syncs import HazardCounts
 from pitfalls.probes.trace import export_trace
 from pitfalls.targets import FORMS, ScannedCodeError, TargetError, call_scanned, load_target, scanned_traceback
@@ -59,10 +59,6 @@ class ScanReport:
         """Hazards per call, every kind together."""
         return self.counts.total / self.calls
 
-    def site_per_call(self, site: HazardSite) -> float:
-        """One site's hazards per call."""
-        return site.count / self.calls
-
     def as_json(self) -> dict[str, Any]:
         """The report as plain JSON values; paths are absolute."""
         return {
@@ -74,42 +70,31 @@ class ScanReport:
             "trace": self.trace,
             "hazards": [
                 {
-                    "path": site.line.path if site.line else None,
-                    "line": site.line.lineno if site.line else None,
-                    "function": site.line.function if site.line else None,
-                    "code": site.line.code if site.line else None,
+                    **_line_json(site.line),
                     "op": site.kind.op,
                     "label": site.label,
                     "backward": site.in_backward,
                     "count": site.count,
-                    "per_call": self.site_per_call(site),
+                    "per_call": site.count / self.calls,
                     "rewrite": site.kind.rewrite,
-                    "call_sites": [
-                        {
-                            "count": call.count,
-                            "per_call": call.count / self.calls,
-                            "frames": [
-                                {"path": f.path, "line": f.lineno, "function": f.function, "code": f.code}
-                                for f in call.frames
-                            ],
-                        }
-                        for call in site.call_sites
-                    ],
+                    "call_sites": [{"count": call.count, "per_call": call.count / self.calls,
+                                    "frames": [_line_json(frame) for frame in call.frames]}
+                                   for call in site.call_sites],
                 }
                 for site in self.sites
             ],
         }
 
 
-def scan_step(
-    step: Callable[[], object],
-    *,
-    calls: int = DEFAULT_CALLS,
-    warmup: int = 1,
-    trace: str | Path | None = None,
-    name: str = "step",
-    provenance: Provenance | None = None,
-) -> ScanReport:
+def _line_json(line: SourceLine | None) -> dict[str, Any]:
+    """A source line as JSON values: its path, number, function and code (each None without a line)."""
+    if line is None:
+        return dict.fromkeys(("path", "line", "function", "code"))
+    return {"path": line.path, "line": line.lineno, "function": line.function, "code": line.code}
+
+
+def scan_step(step: Callable[[], object], *, calls: int = DEFAULT_CALLS, warmup: int = 1,
+              trace: str | Path | None = None, name: str = "step", provenance: Provenance | None = None) -> ScanReport:
     """Run `step` `warmup` times, then `calls` times under a `HazardLocator`, and report its hazards by line.
 
     The warm-up calls run eagerly while the tensors they make on the host are recorded (`keep_provenance`), so a
@@ -143,14 +128,8 @@ def scan_step(
             for _ in range(calls):
                 call_scanned(name, "running under the hazard counter", step)
         else:
-            device = "cuda" if torch.cuda.is_available() else None
-            export_trace(
-                lambda: call_scanned(name, "running under the profiler", step),
-                trace,
-                steps=calls,
-                warmup=0,
-                device=device,
-            )
+            export_trace(lambda: call_scanned(name, "running under the profiler", step), trace, steps=calls, warmup=0,
+                         device="cuda" if torch.cuda.is_available() else None)
     found = locator.result
     return ScanReport(name, calls, warmup, found.sites, found.counts, str(trace) if trace is not None else None)
 
@@ -173,11 +152,7 @@ def render(report: ScanReport, console: Console) -> None:
     if not report.sites:
         console.print(Text(f"no sync hazards found in {report.target} ({_calls(report)})"))
         return
-    table = Table(
-        title=Text(
-            f"sync hazards in {report.target}: {report.per_call:g} per call ({_calls(report)})"
-        )
-    )
+    table = Table(title=Text(f"sync hazards in {report.target}: {report.per_call:g} per call ({_calls(report)})"))
     table.add_column("where", no_wrap=True)
     table.add_column("code", max_width=52, overflow="ellipsis", no_wrap=True)
     table.add_column("op", max_width=24)
@@ -187,23 +162,16 @@ def render(report: ScanReport, console: Console) -> None:
         where = site.line.short_where() if site.line else "(no frame outside torch)"
         code = site.line.code if site.line else ""
         # Text, not markup: code such as x[mask] would otherwise be read as a rich style tag.
-        cells = (where, code, site.kind.op, f"{report.site_per_call(site):g}", site.kind.rewrite)
+        cells = (where, code, site.kind.op, f"{site.count / report.calls:g}", site.kind.rewrite)
         table.add_row(*(Text(cell) for cell in cells))
         for call in _shown_call_sites(site):
             caller = call.frames[0]
-            table.add_row(
-                Text(f"  <- {caller.short_where()}", style="dim"),
-                Text(caller.code, style="dim"),
-                Text("called from", style="dim"),
-                Text(f"{call.count / report.calls:g}", style="dim"),
-                Text(""),
-            )
+            dim = (f"  <- {caller.short_where()}", caller.code, "called from", f"{call.count / report.calls:g}")
+            table.add_row(*(Text(cell, style="dim") for cell in dim), Text(""))
     console.print(table)
-    console.print(
-        "counted on the eager program (compiled code runs eagerly while scanned); "
-        "backward ops are shown at the forward line that built them; a line reached from several callers lists "
-        "them under it (<-); --json gives every caller chain"
-    )
+    console.print("counted on the eager program (compiled code runs eagerly while scanned); backward ops are shown "
+                  "at the forward line that built them; a line reached from several callers lists them under it (<-); "
+                  "--json gives every caller chain")
 
 
 def _stderr(line: str) -> None:

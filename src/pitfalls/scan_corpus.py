@@ -109,14 +109,8 @@ def _optimizers(g: torch.Generator, device: torch.device) -> dict[str, object]:
 
 
 def corpus_data(device: str | torch.device = "cpu") -> SimpleNamespace:
-    """The tensors the constructs read, all on `device`, the same values on every device.
-
-    Args:
-        device: where every tensor lives.
-
-    Returns:
-        A namespace of tensors; `y` and `w` are written to by the constructs.
-    """
+    """A namespace of the tensors the constructs read, all on `device`, the same values on every device (the
+    constructs write to `y` and `w`)."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(N, generator=g)
     d = SimpleNamespace(
@@ -480,37 +474,18 @@ HELPER = Construct(helper_called_twice, 2)
 
 
 def line_of(fn: Callable[..., object]) -> tuple[str, int]:
-    """The file and the number of the last line of a function (a construct's one line, the helper's return).
-
-    Args:
-        fn: a function of this module.
-
-    Returns:
-        (path, line number).
-    """
+    """(path, line number) of the last line of a function of this module (a construct's one line, the helper's)."""
     lines, start = inspect.getsourcelines(fn)
     return inspect.getsourcefile(fn) or "", start + len(lines) - 1
 
 
 def runs_on(construct: Construct, device: str | torch.device) -> bool:
-    """Whether a construct runs on `device` (one that needs CUDA runs there only).
-
-    Args:
-        construct: a construct of the corpus.
-        device: a device or its name.
-
-    Returns:
-        True when the construct runs there.
-    """
+    """Whether a construct runs on `device` (a device or its name): one that needs CUDA runs there only."""
     return not construct.needs_cuda or torch.device(device).type == "cuda"
 
 
 def run_corpus(d: SimpleNamespace) -> None:
-    """Call every construct that runs on the data's device once, then the helper: one step over the corpus.
-
-    Args:
-        d: the corpus data, from `corpus_data`.
-    """
+    """One step over the corpus data ``d`` (`corpus_data`): every construct that runs on its device, then the helper."""
     for construct in CORPUS:
         if runs_on(construct, d.device):
             construct.run(d)
@@ -521,14 +496,8 @@ _Line = tuple[str, int]
 
 
 def expected_per_line(device: str | torch.device | None = None) -> dict[_Line, int]:
-    """The labelled syncs per call of `run_corpus`, by source line (the helper's at its own line).
-
-    Args:
-        device: only the constructs that run there (None: every construct, the CUDA-only ones too).
-
-    Returns:
-        {(path, line): syncs per call}.
-    """
+    """``{(path, line): syncs per call}`` of `run_corpus` as labelled (the helper's at its own line), for the
+    constructs that run on `device` (None: every construct, the CUDA-only ones too)."""
     expected = {line_of(c.run): c.syncs for c in CORPUS if device is None or runs_on(c, device)}
     expected[line_of(_nonzero_rows)] = HELPER.syncs
     return expected
@@ -591,12 +560,7 @@ def agreement(counted: Mapping[_Line, float], truth: Mapping[_Line, float]) -> A
     hits = sum(min(counted.get(line, 0), truth.get(line, 0)) for line in lines)
     total_counted = sum(counted.values())
     total_truth = sum(truth.values())
-    wrong = tuple(
-        sorted((line, counted.get(line, 0), truth.get(line, 0)) for line in lines
-               if counted.get(line, 0) != truth.get(line, 0))
-    )
-    return Agreement(
-        precision=hits / total_counted if total_counted else 1.0,
-        recall=hits / total_truth if total_truth else 1.0,
-        wrong=wrong,
-    )
+    wrong = tuple(sorted((line, counted.get(line, 0), truth.get(line, 0)) for line in lines
+                         if counted.get(line, 0) != truth.get(line, 0)))
+    return Agreement(precision=hits / total_counted if total_counted else 1.0,
+                     recall=hits / total_truth if total_truth else 1.0, wrong=wrong)

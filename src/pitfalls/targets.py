@@ -24,9 +24,8 @@ from types import ModuleType, TracebackType
 from pitfalls._import import file_module
 from pitfalls.probes.sites import is_user_file
 
-__all__ = [
-    "ScannedCodeError", "Target", "TargetError", "call_scanned", "load_target", "resolve_named", "scanned_traceback"
-]
+__all__ = ["ScannedCodeError", "Target", "TargetError", "call_scanned", "load_target", "required_parameters",
+           "resolve_named", "scanned_traceback"]
 
 FORMS = "FILE.py:NAME, MODULE:NAME or FAMILY/VARIANT"
 
@@ -68,10 +67,10 @@ def call_scanned(target: str, stage: str, fn: Callable[[], object]) -> object:
         raise ScannedCodeError(target, stage, error) from error
 
 
-def scanned_traceback(error: BaseException) -> str:
-    """Format an exception of the scanned code, its traceback starting at the first frame of that code."""
+def scanned_traceback(error: BaseException, is_scanned: Callable[[str], bool] = is_user_file) -> str:
+    """Format an exception of the scanned code, its traceback starting at the first frame of a file ``is_scanned``."""
     tb: TracebackType | None = error.__traceback__
-    while tb is not None and not is_user_file(tb.tb_frame.f_code.co_filename):
+    while tb is not None and not is_scanned(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
     # No frame of the scanned code (a SyntaxError in its file): the error still names the file and line.
     return "".join(traceback.format_exception(type(error), error, tb))
@@ -115,39 +114,30 @@ def _import_module(text: str, name: str) -> ModuleType:
         # Only the named module (or a package above it) being absent is a bad TARGET; an import failing inside
         # the user's module is the user's error, shown with its traceback.
         if error.name is not None and (name == error.name or name.startswith(error.name + ".")):
-            raise TargetError(
-                f"TARGET {text!r}: no module named {error.name!r} (is it installed or on PYTHONPATH? "
-                f"a file is named with its path, e.g. train.py:step)"
-            ) from None
+            raise TargetError(f"TARGET {text!r}: no module named {error.name!r} (is it installed or on PYTHONPATH? "
+                              f"a file is named with its path, e.g. train.py:step)") from None
         raise ScannedCodeError(text, f"importing {name}", error) from error
     except Exception as error:
         raise ScannedCodeError(text, f"importing {name}", error) from error
 
 
-def _required_parameters(fn: Callable[..., object]) -> list[str]:
+def required_parameters(fn: Callable[..., object]) -> list[str]:
+    """The names of the parameters a call of ``fn`` must give (none known for a builtin without a signature)."""
     try:
-        signature = inspect.signature(fn)
+        parameters = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return []  # some builtins have no signature; calling them will tell
-    required = []
-    for parameter in signature.parameters.values():
-        if parameter.default is inspect.Parameter.empty and parameter.kind not in (
-            inspect.Parameter.VAR_POSITIONAL,
-            inspect.Parameter.VAR_KEYWORD,
-        ):
-            required.append(parameter.name)
-    return required
+    return [p.name for p in parameters
+            if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
 
 
 def _check_no_arguments(text: str, what: str, fn: object) -> Callable[[], object]:
     if not callable(fn):
         raise TargetError(f"TARGET {text!r}: {what} is not callable (it is {type(fn).__name__} {fn!r:.60})")
-    required = _required_parameters(fn)
+    required = required_parameters(fn)
     if required:
-        raise TargetError(
-            f"TARGET {text!r}: {what} needs arguments ({', '.join(required)}); give a function that takes none, "
-            "or a factory with no arguments that returns one"
-        )
+        raise TargetError(f"TARGET {text!r}: {what} needs arguments ({', '.join(required)}); give a function that "
+                          "takes none, or a factory with no arguments that returns one")
     return fn
 
 
@@ -165,9 +155,8 @@ def _attribute(text: str, module: ModuleType, where: str, name: str) -> object:
     return value
 
 
-def load_target(
-    text: str, first_call: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext
-) -> Target:
+def load_target(text: str,
+                first_call: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext) -> Target:
     """Load a TARGET and return the step to scan (see the module docstring for the rule).
 
     Args:
@@ -186,12 +175,8 @@ def load_target(
         if re.fullmatch(r"\w+/\w+", text) and not text.endswith(".py"):
             return Target(text, _load_suite_case(text), warmed_up=False)
         raise TargetError(f"TARGET {text!r} names no function; expected {FORMS}")
-    location, _, name = text.rpartition(":")
-    if not location or not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", name):
-        raise TargetError(f"TARGET {text!r} is not {FORMS}")
-    is_file = location.endswith(".py") or "/" in location or "\\" in location
-    module = _load_file(text, location) if is_file else _import_module(text, location)
-    named = _check_no_arguments(text, name, _attribute(text, module, location, name))
+    name = text.rpartition(":")[2]
+    named = _check_no_arguments(text, name, resolve_named(text, malformed=f"TARGET {text!r} is not {FORMS}"))
     with first_call():
         returned = call_scanned(text, f"calling {name}()", named)
     if callable(returned) and not isinstance(returned, type):
@@ -200,11 +185,12 @@ def load_target(
     return Target(text, named, warmed_up=True)
 
 
-def resolve_named(text: str) -> object:
+def resolve_named(text: str, malformed: str = "") -> object:
     """The object that ``FILE.py:NAME`` or ``MODULE:NAME`` names, its module loaded (nothing called).
 
     Args:
         text: FILE.py:NAME or MODULE:NAME.
+        malformed: the error's message when ``text`` is of neither form ("": the forms named).
 
     Returns:
         The named object.
@@ -215,7 +201,7 @@ def resolve_named(text: str) -> object:
     """
     location, _, name = text.rpartition(":")
     if not location or not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", name):
-        raise TargetError(f"{text!r} is not FILE.py:NAME or MODULE:NAME")
+        raise TargetError(malformed or f"{text!r} is not FILE.py:NAME or MODULE:NAME")
     is_file = location.endswith(".py") or "/" in location or "\\" in location
     module = _load_file(text, location) if is_file else _import_module(text, location)
     return _attribute(text, module, location, name)

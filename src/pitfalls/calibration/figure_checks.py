@@ -9,13 +9,14 @@ fault in any of them shows as a row that misses its planted value. The compile-s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import select
 import signal
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -123,30 +124,6 @@ def _paired_truth(record: list[tuple[float, float]], slow_ms: float, fast_ms: fl
     return statistics.median(a[1] / b[1] for a, b in pairs)
 
 
-def _speedup_between(slow_ms: int, fast_ms: int, nominal: float, note: str = "") -> Reading:
-    slow = _case(planted.NAIVE if slow_ms != fast_ms else planted.HALF, ms=slow_ms // 2 if slow_ms != fast_ms
-                 else slow_ms)
-    fast = _case(planted.HALF, ms=fast_ms)
-    with planted.recording() as record:
-        ratio = measure.speedup(slow, fast).ratio
-    truth = _paired_truth(record, slow_ms, fast_ms)
-    if isinstance(truth, Unavailable):
-        return Reading(planted=nominal, measured=truth)
-    # On a loaded machine a wait ends when the process is next scheduled after its deadline: the reading is
-    # judged against the waits' own ratio; the nominal ratio is in the detail.
-    return Reading(planted=truth, measured=ratio,
-                   detail=f"busy-wait {slow_ms} ms against {fast_ms} ms{note}; nominal {nominal:.1f}, the waits' "
-                          f"own ratio {truth:.3f}")
-
-
-def _speedup_double(_device: str) -> Reading:
-    return _speedup_between(20, 10, 2.0)
-
-
-def _speedup_self(_device: str) -> Reading:
-    return _speedup_between(SELF_MS, SELF_MS, 1.0)
-
-
 class _Items(Dataset[torch.Tensor]):
     def __len__(self) -> int:
         return 4
@@ -155,21 +132,43 @@ class _Items(Dataset[torch.Tensor]):
         return torch.full((4,), float(index))
 
 
-def idle_workers(workers: int = 2) -> tuple[Any, Callable[[], None]]:
-    """A DataLoader iterator whose workers have prefetched everything and wait idle; and the call that ends it."""
+@contextlib.contextmanager
+def _idle_workers(workers: int) -> Iterator[None]:
+    """DataLoader workers alive for the block, having prefetched everything: they only wait (none for 0)."""
+    if not workers:
+        yield
+        return
     loader = DataLoader(_Items(), batch_size=1, num_workers=workers, prefetch_factor=2, persistent_workers=False)
     iterator = iter(loader)
     next(iterator)
     time.sleep(0.2)  # 4 items, 2 workers x 2 prefetched: every item is made; the workers now only wait
-    return iterator, lambda: iterator._shutdown_workers()  # type: ignore[attr-defined]
-
-
-def _speedup_self_with_workers(_device: str) -> Reading:
-    _iterator, close = idle_workers()
     try:
-        return _speedup_between(SELF_MS, SELF_MS, 1.0, ", 2 idle DataLoader workers alive")
+        yield
     finally:
-        close()
+        iterator._shutdown_workers()  # type: ignore[attr-defined]
+
+
+def _speedup(slow_ms: int, fast_ms: int, nominal: float, idle_workers: int = 0) -> Callable[[str], Reading]:
+    """A busy-wait of ``slow_ms`` against one of ``fast_ms``, through ``measure.speedup``, workers idle alongside."""
+
+    def read(_device: str) -> Reading:
+        with _idle_workers(idle_workers):
+            slow = _case(planted.NAIVE if slow_ms != fast_ms else planted.HALF,
+                         ms=slow_ms // 2 if slow_ms != fast_ms else slow_ms)
+            fast = _case(planted.HALF, ms=fast_ms)
+            with planted.recording() as record:
+                ratio = measure.speedup(slow, fast).ratio
+        truth = _paired_truth(record, slow_ms, fast_ms)
+        if isinstance(truth, Unavailable):
+            return Reading(planted=nominal, measured=truth)
+        note = f", {idle_workers} idle DataLoader workers alive" if idle_workers else ""
+        # On a loaded machine a wait ends when the process is next scheduled after its deadline: the reading is
+        # judged against the waits' own ratio; the nominal ratio is in the detail.
+        return Reading(planted=truth, measured=ratio,
+                       detail=f"busy-wait {slow_ms} ms against {fast_ms} ms{note}; nominal {nominal:.1f}, the waits' "
+                              f"own ratio {truth:.3f}")
+
+    return read
 
 
 def _peak_memory(mib: int) -> Callable[[str], Reading]:
@@ -300,12 +299,8 @@ def planted_compile(ms: float = COMPILE_MS,
             _compiled_figure(0, figure)
         differences = []
         for i in range(COMPILE_PAIRS):
-            if i % 2:
-                zero = _compiled_figure(0, figure)
-                differences.append(_compiled_figure(ms, figure) - zero)
-            else:
-                planted = _compiled_figure(ms, figure)
-                differences.append(planted - _compiled_figure(0, figure))
+            first, second = (_compiled_figure(m, figure) for m in ((0, ms) if i % 2 else (ms, 0)))
+            differences.append(second - first if i % 2 else first - second)
         shown = ", ".join(f"{d * 1e3:.1f}" for d in differences)
         return Reading(planted=ms, measured=statistics.median(differences) * 1e3,
                        detail=f"backend spinning {ms:g} ms against 0 ms, cold caches; median of {COMPILE_PAIRS} "
@@ -362,15 +357,12 @@ def _cuda_peak(mib: int) -> Callable[[str], Reading]:
         if (why := _no_cuda()) is not None:
             return Reading(planted=mib, measured=why)
         case = _case(planted.HALF, device="cuda", mib=mib)
-        return Reading(planted=mib, measured=measure.cuda_peak_mib(case) - _baseline_cuda_mib(),
+        peak = measure.cuda_peak_mib(case)
+        torch.cuda.synchronize()
+        return Reading(planted=mib, measured=peak - torch.cuda.memory_allocated() / MIB,
                        detail="allocator high-water mark of one call, less the case's own tensors")
 
     return read
-
-
-def _baseline_cuda_mib() -> float:
-    torch.cuda.synchronize()
-    return torch.cuda.memory_allocated() / MIB
 
 
 def _cuda_syncs(_device: str) -> Reading:
@@ -380,59 +372,52 @@ def _cuda_syncs(_device: str) -> Reading:
     return Reading(planted=1, measured=per_call, detail="one planted .item() per call, sync debug mode")
 
 
-def _nvml_busy(_device: str) -> Reading:
-    if (why := _no_cuda()) is not None:
-        return Reading(planted=50.0, measured=why)
-    cycles = int(_cycles_per_ms() * 10)
-
-    class HalfBusy:
-        device = torch.device("cuda")
-
-        def __call__(self) -> None:
-            torch.cuda._sleep(cycles)  # 10 ms on the GPU, then 10 ms with nothing queued
-            torch.cuda.synchronize()
-            time.sleep(0.010)
-
-    window = measure.nvml_window(HalfBusy(), torch.device("cuda"), measure.NVML_WINDOW_S)
-    if isinstance(window, Unavailable):
-        return Reading(planted=50.0, measured=window)
-    busy = window.utilization_pct
-    if isinstance(busy, Unavailable):
-        return Reading(planted=50.0, measured=busy)
-    return Reading(planted=50.0, measured=busy.mean, detail="10 ms kernel, 10 ms idle, NVML utilization")
-
-
-class _Idle:
-    """A call that queues nothing on the GPU: what an NVML window loops while only memory is read."""
+class _GpuLoop:
+    """What an NVML window loops: a ``torch.cuda._sleep`` of ``cycles`` (none: nothing queued), then 10 ms idle."""
 
     device = torch.device("cuda")
 
+    def __init__(self, cycles: int = 0) -> None:
+        self.cycles = cycles
+
     def __call__(self) -> None:
+        if self.cycles:
+            torch.cuda._sleep(self.cycles)
+            torch.cuda.synchronize()
         time.sleep(0.010)
 
 
-def _nvml_memory(mib: int) -> Callable[[str], Reading]:
-    def used() -> float | Unavailable:
-        window = measure.nvml_window(_Idle(), torch.device("cuda"), measure.NVML_WINDOW_S)
-        if isinstance(window, Unavailable):
-            return window
-        memory = window.memory_used_mib
-        return memory if isinstance(memory, Unavailable) else memory.mean
+def _nvml_mean(figure: str, cycles: int = 0) -> float | Unavailable:
+    """The mean of an NVML window's ``figure`` (``utilization_pct``, ``memory_used_mib``) over `_GpuLoop` calls."""
+    window = measure.nvml_window(_GpuLoop(cycles), torch.device("cuda"), measure.NVML_WINDOW_S)
+    if isinstance(window, Unavailable):
+        return window
+    value = getattr(window, figure)
+    return value if isinstance(value, Unavailable) else value.mean
 
+
+def _nvml_busy(_device: str) -> Reading:
+    if (why := _no_cuda()) is not None:
+        return Reading(planted=50.0, measured=why)
+    busy = _nvml_mean("utilization_pct", int(_cycles_per_ms() * 10))  # 10 ms on the GPU, then 10 ms of nothing
+    if isinstance(busy, Unavailable):
+        return Reading(planted=50.0, measured=busy)
+    return Reading(planted=50.0, measured=busy, detail="10 ms kernel, 10 ms idle, NVML utilization")
+
+
+def _nvml_memory(mib: int) -> Callable[[str], Reading]:
     def read(_device: str) -> Reading:
         if (why := _no_cuda()) is not None:
             return Reading(planted=mib, measured=why)
         torch.cuda.empty_cache()
-        bare = used()
+        bare = _nvml_mean("memory_used_mib")
         # ones, not empty: the pages are the device's either way (cudaMalloc backs them), and written is the case's.
         held = torch.ones(mib * MIB, dtype=torch.uint8, device="cuda")
-        holding = used()
+        holding = _nvml_mean("memory_used_mib")
         del held
         torch.cuda.empty_cache()
-        for reading in (bare, holding):
-            if isinstance(reading, Unavailable):
-                return Reading(planted=mib, measured=reading)
-        assert not isinstance(bare, Unavailable) and not isinstance(holding, Unavailable)
+        if isinstance(bare, Unavailable) or isinstance(holding, Unavailable):
+            return Reading(planted=mib, measured=bare if isinstance(bare, Unavailable) else holding)
         return Reading(planted=mib, measured=holding - bare,
                        detail="NVML device memory used (mean of a window) while the tensor is held, less before")
 
@@ -446,10 +431,11 @@ def shared_checks() -> tuple[Check, ...]:
         Check("time: busy-wait 5 ms", (TIME_PER_CALL,), "ms", 0.15, median_reading(_busy_times(5)),
               why="20 runs at load 15 on 2 cores: median 1.6 %, p90 3.1 %, max 11.7 %"),
         Check("time: busy-wait 50 ms", (TIME_PER_CALL,), "ms", 0.10, _busy_times(50), why=ten),
-        Check("speedup: 2T against T", (SPEEDUP,), "x", 0.10, median_reading(_speedup_double), why=ten),
-        Check("speedup: a case against itself", (SPEEDUP,), "x", 0.05, median_reading(_speedup_self), why="5 %"),
+        Check("speedup: 2T against T", (SPEEDUP,), "x", 0.10, median_reading(_speedup(20, 10, 2.0)), why=ten),
+        Check("speedup: a case against itself", (SPEEDUP,), "x", 0.05, median_reading(_speedup(SELF_MS, SELF_MS, 1.0)),
+              why="5 %"),
         Check("speedup: itself, idle workers alive", (SPEEDUP,), "x", 0.05,
-              median_reading(_speedup_self_with_workers), why="5 %"),
+              median_reading(_speedup(SELF_MS, SELF_MS, 1.0, idle_workers=2)), why="5 %"),
         Check("peak memory: 64 MiB in one call", (PEAK_MEMORY,), "MiB", 0.05, _peak_memory(64), why="5 %"),
         Check("sync hazards: 3 planted .item()", (SYNC_HAZARDS,), "ops", 0.0, _sync_hazards(3), why="exact"),
         Check("compile: 2 planted graph breaks", (GRAPH_BREAKS,), "breaks", 0.0, _graph_breaks, why="exact"),

@@ -76,11 +76,7 @@ def uncalibrated(family: str, figures: Iterable[str], checks: Iterable[Check]) -
 def uncalibrated_benchmarks(benchmarks: Iterable[tuple[str, str]], checks: Iterable[Check]) -> list[str]:
     """The asv benchmarks (``(family, "bench_x.Class.method")``) whose figure no check calibrates, sorted."""
     known = calibrated_instruments(checks)
-    marked = set()
-    for family, benchmark in benchmarks:
-        method = benchmark.rsplit(".", 1)[-1]
-        if (family, method) == _CALIBRATION_ERROR:  # the calibration table itself, not a figure of an instrument
-            continue
-        if instrument_of(family, method) not in known:
-            marked.add(benchmark)
-    return sorted(marked)
+    methods = ((family, benchmark, benchmark.rsplit(".", 1)[-1]) for family, benchmark in benchmarks)
+    # The calibration table itself publishes no figure of an instrument.
+    return sorted({benchmark for family, benchmark, method in methods
+                   if (family, method) != _CALIBRATION_ERROR and instrument_of(family, method) not in known})

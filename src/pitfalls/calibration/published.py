@@ -17,17 +17,8 @@ from collections.abc import Iterable, Sequence
 from pitfalls.known.table import CPU, CUDA, Check
 from pitfalls.result import Unavailable
 
-__all__ = [
-    "CHECK_PARAM",
-    "ERROR_METHOD",
-    "RELATIVE",
-    "check_named",
-    "checks_by_error_unit",
-    "published_checks",
-    "error_class_name",
-    "error_unit",
-    "measured_error",
-]
+__all__ = ["CHECK_PARAM", "ERROR_METHOD", "RELATIVE", "check_named", "checks_by_error_unit", "error_class_name",
+           "error_unit", "measured_error", "published_checks"]
 
 # The benchmark method, and its one parameter, that publish a check's error.
 ERROR_METHOD = "track_error"
@@ -61,8 +52,7 @@ def checks_by_error_unit(checks: Iterable[Check]) -> dict[str, list[str]]:
     """
     grouped: dict[str, list[str]] = {RELATIVE: []}
     for check in published_checks(checks):
-        if check.published:
-            grouped.setdefault(error_unit(check), []).append(check.name)
+        grouped.setdefault(error_unit(check), []).append(check.name)
     return {unit: names for unit, names in grouped.items() if names}
 
 

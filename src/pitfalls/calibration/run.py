@@ -25,10 +25,8 @@ __all__ = ["all_checks", "register", "render", "run_checks"]
 def all_checks() -> tuple[Check, ...]:
     """Every check: the shared ones, the process-group ones, the doctor's, then each registered family's
     ``calibrations``."""
-    checks = [*shared_checks(), *group_memory_checks(), *doctor_checks()]
-    for entry in all_families().values():
-        checks += entry.calibrations
-    return tuple(checks)
+    families = (check for entry in all_families().values() for check in entry.calibrations)
+    return (*shared_checks(), *group_memory_checks(), *doctor_checks(), *families)
 
 
 def run_checks(checks: Sequence[Check], device: str) -> list[Row]:
@@ -76,13 +74,8 @@ def render(rows: Sequence[Row], console: Console, title: str = "calibration") ->
 
 def rows_json(rows: Sequence[Row]) -> list[dict[str, Any]]:
     """The rows as JSON-ready dicts (NaN planted values, for rows not run, become null)."""
-    out = []
-    for row in rows:
-        d = asdict(row)
-        d["instruments"] = list(row.instruments)
-        d["planted"] = None if row.planted != row.planted else row.planted
-        out.append(d)
-    return out
+    return [{**asdict(row), "instruments": list(row.instruments),
+             "planted": None if row.planted != row.planted else row.planted} for row in rows]
 
 
 def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:

@@ -64,7 +64,7 @@ def merge_run(source: Path, options: MergeOptions) -> list[str]:
         ValueError: ``source`` is not a run; results or costs that cannot be merged (one line; nothing half-done
             is left in ``results/``: its merge replaces files by atomic renames under its lock).
     """
-    from pitfalls.runner import RunnerError
+    from pitfalls.runner.conf import RunnerError
     from pitfalls.runner.merge import run_merge
 
     done: list[str] = []

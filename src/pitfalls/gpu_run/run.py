@@ -51,13 +51,14 @@ def _environment() -> dict[str, Any]:
 
 
 def _facts(device: str, budget_s: float, root: Path) -> dict[str, Any]:
-    from pitfalls import runner
-    from pitfalls.runner.worktree import head_commit
+    from pitfalls.runner.machine import hardware as read_hardware
+    from pitfalls.runner.machine import machine_name
+    from pitfalls.runner.worktree import commit_of
 
-    hardware = runner.hardware(sys.executable, device)  # in a child: this process never touches CUDA
-    machine = os.environ.get("PITFALLS_MACHINE") or runner.machine_name(hardware)
+    hardware = read_hardware(sys.executable, device)  # in a child: this process never touches CUDA
+    machine = os.environ.get("PITFALLS_MACHINE") or machine_name(hardware)
     try:
-        commit: str | None = head_commit(root)
+        commit: str | None = commit_of(root)
     except Exception as error:  # noqa: BLE001 - no checkout: the run says so, the asv slices fail with it
         commit = f"unknown ({type(error).__name__}: {error})"
     # The cost file's kind: "cpu" for every CPU run (the same sizes on machines of this project's kind), the GPU

@@ -20,7 +20,7 @@ from typing import Any
 
 from pitfalls.runner.job import INSTALLED_ENV
 from pitfalls.runner.staged import StagedRun, run_staged
-from pitfalls.runner.worktree import head_commit
+from pitfalls.runner.worktree import commit_of
 
 __all__ = ["AsvSlice", "cuda_calibration_selection", "run_slice"]
 
@@ -81,7 +81,7 @@ def run_slice(piece: AsvSlice, out: Path, device: str, machine: str, facts: dict
         out: the run's folder.
         device: "cuda" or "cpu".
         machine: the asv machine name the results go under.
-        facts: the machine's hardware facts (`pitfalls.runner.hardware`), read once by the run.
+        facts: the machine's hardware facts (`pitfalls.runner.machine.hardware`), read once by the run.
         root: the checkout (asv measures its HEAD commit).
 
     Returns:
@@ -108,7 +108,7 @@ def run_slice(piece: AsvSlice, out: Path, device: str, machine: str, facts: dict
 
     # A slice's stage is asv's scratch, inside the run's folder (the archive leaves ``.slice-*`` out).
     with tempfile.TemporaryDirectory(dir=out, prefix=".slice-") as scratch:
-        args = ("-E", INSTALLED_ENV, "--set-commit-hash", head_commit(root), "--show-stderr", "-b", selection)
+        args = ("-E", INSTALLED_ENV, "--set-commit-hash", commit_of(root), "--show-stderr", "-b", selection)
         done = run_staged(StagedRun(root, out / "results", Path(scratch), machine, args, sys.executable, facts),
                           launch)
     return {"exit_code": done.status, "seconds": round(seconds, 1), "selection": selection,

@@ -97,7 +97,7 @@ def _gate(root: Path, stage: Stage, base: str, candidate: str, extra: Sequence[s
     env_name = select(root / CONF_NAME, [torch] if torch else [])[0]
     work = root / WORK
     # The machine's facts come from the project's record of it, as for the main job; the results stay apart.
-    record = prepare_machine(project_paths(root / CONF_NAME)["results_dir"], sys.executable)
+    record = prepare_machine(project_paths(root / CONF_NAME)["results_dir"])
     gate_times = gate_times_by_default(record.facts)
     measured = os.environ.get("PITFALLS_COMPARE_BENCH") or f"{COUNTS}|{TIMES}"
     conf = write_staged_conf(root / CONF_NAME, work, results_dir=work / "results")
@@ -132,11 +132,9 @@ def _compare(root: Path, base: str, candidate: str, extra: Sequence[str]) -> int
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``BASE [CANDIDATE] [-- asv continuous options]`` and run the gate."""
     args, extra = split_at_dashes(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(
-        prog="compare",
-        description="Measure two commits in one managed environment and fail on a real regression. "
-        "Exit 0: none; 1: a gated figure got worse; 2: a benchmark failed or bad input.",
-    )
+    parser = argparse.ArgumentParser(prog="compare", description="Measure two commits in one managed environment and "
+                                     "fail on a real regression. Exit 0: none; 1: a gated figure got worse; 2: a "
+                                     "benchmark failed or bad input.")
     parser.add_argument("base", help="the commit to compare against, e.g. origin/main")
     parser.add_argument("candidate", nargs="?", default="HEAD", help="the commit to test (default HEAD)")
     parsed = parser.parse_args(args)

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CONF_NAME", "RunnerError", "load_conf", "project_paths", "write_staged_conf"]
+__all__ = ["CONF_NAME", "RunnerError", "load_conf", "one_line", "project_paths", "write_staged_conf"]
 
 CONF_NAME = "asv.conf.json"
 # The configuration's paths, relative to its own folder; asv changes into that folder before it uses them.
@@ -18,7 +18,8 @@ class RunnerError(Exception):
     """A problem the command reports in one line on stderr, exiting with status 2, before it changes anything."""
 
 
-def _one_line(error: BaseException) -> str:
+def one_line(error: BaseException) -> str:
+    """An error's message on one line (its type's name when it has none)."""
     return " ".join(str(error).split()) or type(error).__name__
 
 
@@ -46,7 +47,7 @@ def load_conf(path: str | os.PathLike[str]) -> dict[str, Any]:
             raise ValueError(f"expected a JSON object, found {type(raw).__name__}")
         Config.from_json(dict(raw))
     except (ValueError, util.UserError) as error:
-        raise RunnerError(f"{file}: not a valid asv configuration: {_one_line(error)}") from error
+        raise RunnerError(f"{file}: not a valid asv configuration: {one_line(error)}") from error
     return raw
 
 
@@ -60,13 +61,8 @@ def project_paths(path: str | os.PathLike[str]) -> dict[str, Path]:
     return {key: (file.parent / str(conf.get(key, getattr(defaults, key)))).resolve() for key in PATH_KEYS}
 
 
-def write_staged_conf(
-    path: str | os.PathLike[str],
-    dest: str | os.PathLike[str],
-    *,
-    results_dir: str | os.PathLike[str],
-    html_dir: str | os.PathLike[str] | None = None,
-) -> Path:
+def write_staged_conf(path: str | os.PathLike[str], dest: str | os.PathLike[str], *,
+                      results_dir: str | os.PathLike[str], html_dir: str | os.PathLike[str] | None = None) -> Path:
     """Write ``dest/asv.conf.json``: the configuration at ``path`` with absolute paths and its own results folder.
 
     asv changes into the folder of the configuration it is given, so every path of the copy is made absolute;

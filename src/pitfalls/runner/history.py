@@ -33,10 +33,8 @@ def select(conf_path: str | Path, torches: Sequence[str]) -> list[str]:
     by_torch = environments_by_torch(conf_path)
     missing = [version for version in torches if version not in by_torch]
     if missing:
-        raise RunnerError(
-            f"torch {', '.join(missing)} is not in {CONF_NAME}'s matrix (it has {', '.join(by_torch)}); add it to "
-            "matrix.req.torch to measure it"
-        )
+        raise RunnerError(f"torch {', '.join(missing)} is not in {CONF_NAME}'s matrix (it has {', '.join(by_torch)}); "
+                          "add it to matrix.req.torch to measure it")
     if not by_torch:
         raise RunnerError(f"{CONF_NAME} has no torch versions in matrix.req.torch")
     return [by_torch[version] for version in (torches or list(by_torch))]
@@ -45,10 +43,8 @@ def select(conf_path: str | Path, torches: Sequence[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``[--torch VERSION]... [COMMITS] [--no-publish] [-- asv run options]`` and run."""
     args, extra = split_at_dashes(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(
-        prog="run-history",
-        description="Run the suite over commits and torch versions in asv's managed virtualenvs, merge, publish.",
-    )
+    parser = argparse.ArgumentParser(prog="run-history", description="Run the suite over commits and torch versions "
+                                     "in asv's managed virtualenvs, merge, publish.")
     parser.add_argument("commits", nargs="?", default="HEAD^!",
                         help="git range as asv takes it (default HEAD^!, the current commit), e.g. HEAD~3..HEAD, "
                         "or NEW (commits of the configured branches not measured yet)")

@@ -37,7 +37,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -50,7 +50,7 @@ from pitfalls.runner.machine import DIRTY_SUFFIX, MachineRecord, hardware, machi
 from pitfalls.runner.progress import Durations, Progress, durations_of, newest_durations, time_table
 from pitfalls.runner.staged import StagedRun, run_staged
 from pitfalls.runner.staging import Stage, remove_stale
-from pitfalls.runner.worktree import changed_files, describe_changes, head_commit
+from pitfalls.runner.worktree import changed_files, commit_of, describe_changes
 
 __all__ = ["INSTALLED_ENV", "Interrupted", "JobOptions", "in_stage", "main", "prepare_machine", "run_job", "run_marked"]
 
@@ -98,7 +98,6 @@ class JobOptions:
             checkout in the installed environment).
         allow_dirty: record a run of a working tree that differs from HEAD, under ``<machine>-dirty``.
         publish: publish the site after merging.
-        python: the interpreter whose torch is measured (the main job's environment).
     """
 
     root: Path
@@ -106,21 +105,16 @@ class JobOptions:
     history: tuple[str, ...] = ()
     allow_dirty: bool = False
     publish: bool = True
-    python: str = field(default_factory=lambda: sys.executable)
 
 
-def prepare_machine(
-    results_dir: Path, python: str, *, device: str | None = None, suffix: str = ""
-) -> MachineRecord:
+def prepare_machine(results_dir: Path, suffix: str = "") -> MachineRecord:
     """Measure this machine, name it (``$PITFALLS_MACHINE`` overrides) and record its full facts for asv.
 
     Args:
         results_dir: the results folder whose machine.json holds facts already recorded.
-        python: the interpreter that runs the benchmarks.
-        device: "cpu" names a GPU machine by its CPU (a CPU-only run on it); None names it by what it has.
         suffix: appended to the name (``-dirty``).
     """
-    facts = hardware(python, device)
+    facts = hardware()
     base = os.environ.get(MACHINE_ENV) or machine_name(facts)
     record = record_machine(base + suffix, results_dir, facts, base_name=base)
     for line in record.describe_kept():
@@ -135,10 +129,8 @@ def _check_dirty(options: JobOptions, ignore: Sequence[Path]) -> str:
         return ""
     listed = describe_changes(changed)
     if not options.allow_dirty:
-        raise RunnerError(
-            f"the working tree differs from HEAD ({listed}); commit or stash the changes, or pass --allow-dirty "
-            f"to record this run under the machine <machine>{DIRTY_SUFFIX}"
-        )
+        raise RunnerError(f"the working tree differs from HEAD ({listed}); commit or stash the changes, or pass "
+                          f"--allow-dirty to record this run under the machine <machine>{DIRTY_SUFFIX}")
     log(f"== uncommitted changes ({listed}): recording under the machine <machine>{DIRTY_SUFFIX}, not as HEAD")
     return DIRTY_SUFFIX
 
@@ -152,23 +144,19 @@ def _keep_unmerged(root: Path, stage: Stage) -> Path:
     return kept
 
 
-def run_marked(command: Sequence[str], stage: Stage, env: dict[str, str] | None = None) -> int:
-    """Run ``command`` as a process of the job (marked, in its own session); stops the run's processes on a signal."""
-    child = processes.start(command, marker=stage.marker, env=env)
-    try:
-        return child.wait()
-    except Interrupted:
-        processes.stop(stage.marker, extra=[child])
-        raise
+def run_marked(command: Sequence[str], stage: Stage, env: dict[str, str] | None = None,
+               progress: Progress | None = None) -> int:
+    """Run ``command`` as a process of the job (marked, in its own session); stops the run's processes on a signal.
 
-
-def run_followed(command: Sequence[str], stage: Stage, env: dict[str, str], progress: Progress) -> int:
-    """`run_marked` with the command's output passed through `Progress` (what runs, the time left)."""
-    child = processes.start(command, marker=stage.marker, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, bufsize=1)
+    With ``progress``, the command's output passes through it (what runs, the time left).
+    """
+    piped = {} if progress is None else {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True,
+                                         "bufsize": 1}
+    child = processes.start(command, marker=stage.marker, env=env, **piped)
     try:
-        assert child.stdout is not None
-        progress.follow(child.stdout)
+        if progress is not None:
+            assert child.stdout is not None
+            progress.follow(child.stdout)
         return child.wait()
     except Interrupted:
         processes.stop(stage.marker, extra=[child])
@@ -187,17 +175,17 @@ def _measure(options: JobOptions, stage: Stage, paths: dict[str, Path], suffix: 
     results_dir = paths["results_dir"]
     # A run limited by -b to some families' benchmarks proves those families: what it measures.
     families = gated_families(options.asv_args, paths["benchmark_dir"])
-    gate = [options.python, "-m", "pitfalls.cli", "check", *(f"--family={name}" for name in families or ())]
+    gate = [sys.executable, "-m", "pitfalls.cli", "check", *(f"--family={name}" for name in families or ())]
     log("== equivalence: every variant against naive"
         + (f" (of the families -b selects: {', '.join(families)})" if families else ""))
     status = run_marked(gate, stage)
     if status != 0:
         log(f"pitfalls check failed (exit {status}): nothing was measured; results/ is unchanged")
         return status
-    record = prepare_machine(results_dir, options.python, suffix=suffix)
+    record = prepare_machine(results_dir, suffix)
     facts = ", ".join(f"{key} {value}" for key, value in sorted(record.facts.items()) if key != "machine")
     log(f"== machine {record.name} ({facts})")
-    run_args = list(options.history) or ["-E", INSTALLED_ENV, "--set-commit-hash", head_commit(options.root)]
+    run_args = list(options.history) or ["-E", INSTALLED_ENV, "--set-commit-hash", commit_of(options.root)]
     log(f"== asv run {' '.join(run_args + list(options.asv_args))} (grid {grid})")
     env = dict(os.environ, TMPDIR=str(stage.tmp), PITFALLS_GRID=grid)
     # The main job's own environment (installed-py<X.Y>-torch<version>) first; history runs take any.
@@ -211,13 +199,12 @@ def _measure(options: JobOptions, stage: Stage, paths: dict[str, Path], suffix: 
         if not options.publish:
             return 0
         log("== publishing the HTML site")
-        return run_marked([options.python, "-m", "pitfalls.site.localize", "--config", str(options.root / CONF_NAME)],
+        return run_marked([sys.executable, "-m", "pitfalls.site.localize", "--config", str(options.root / CONF_NAME)],
                           stage)
 
-    run = StagedRun(options.root, results_dir, stage.path, record.name, (*run_args, *options.asv_args),
-                    options.python)
+    run = StagedRun(options.root, results_dir, stage.path, record.name, (*run_args, *options.asv_args))
     try:
-        done = run_staged(run, lambda command: run_followed(command, stage, env, Progress(expected)),
+        done = run_staged(run, lambda command: run_marked(command, stage, env, Progress(expected)),
                           lambda written: merged.extend(written or ["(nothing new)"]), publish)
     except RunnerError as error:
         kept = _keep_unmerged(options.root, stage)
@@ -290,24 +277,22 @@ def run_job(options: JobOptions) -> int:
     store.check_writable(paths["results_dir"], *([paths["html_dir"]] if options.publish else []))
     suffix = "" if options.history else _check_dirty(options, [paths["results_dir"], paths["html_dir"]])
     merged: list[str] = []
-    return in_stage(
-        options.root,
-        lambda stage: _measure(options, stage, paths, suffix, grid, merged),
-        lambda: "; the results were merged before it" if merged else "; results/ is unchanged",
-    )
+    return in_stage(options.root, lambda stage: _measure(options, stage, paths, suffix, grid, merged),
+                    lambda: "; the results were merged before it" if merged else "; results/ is unchanged")
 
 
-def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-    """The job's own options; everything else goes to ``asv run``."""
-    parser = argparse.ArgumentParser(
-        prog="run-suite",
-        description="The main job: check every variant, run the asv suite on this checkout, merge, publish. "
-        "Other arguments go to `asv run` (e.g. -b SyncHazards --show-stderr).",
-    )
+def main(argv: Sequence[str] | None = None) -> int:
+    """``scripts/run-suite``: the main job on this checkout (the current folder); other arguments go to asv run."""
+    parser = argparse.ArgumentParser(prog="run-suite", description="The main job: check every variant, run the asv "
+                                     "suite on this checkout, merge, publish. Other arguments go to `asv run` (e.g. -b "
+                                     "SyncHazards --show-stderr).")
     parser.add_argument("--allow-dirty", action="store_true",
                         help=f"measure a working tree that differs from HEAD, recorded under <machine>{DIRTY_SUFFIX}")
     parser.add_argument("--no-publish", dest="publish", action="store_false", help="merge the results only")
-    return parser.parse_known_args(list(argv))
+    args, asv_args = parser.parse_known_args(sys.argv[1:] if argv is None else list(argv))
+    options = JobOptions(root=Path.cwd(), asv_args=tuple(asv_args), allow_dirty=args.allow_dirty,
+                         publish=args.publish)
+    return report_errors(lambda: run_job(options))
 
 
 def split_at_dashes(argv: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -326,11 +311,4 @@ def report_errors(run: Callable[[], int]) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``scripts/run-suite``: the main job on this checkout (the current folder)."""
-    args, asv_args = parse_args(sys.argv[1:] if argv is None else argv)
-    options = JobOptions(root=Path.cwd(), asv_args=tuple(asv_args), allow_dirty=args.allow_dirty,
-                         publish=args.publish)
-    return report_errors(lambda: run_job(options))
 

@@ -128,21 +128,22 @@ class MachineRecord:
 
     def describe_kept(self) -> list[str]:
         """One line per kept value, for the log."""
-        return [
-            f"machine {self.name}: keeping the recorded {key} {old!r} (measured now: {new!r}); delete "
-            f"{self.recorded_in} to record the machine anew"
-            for key, old, new in self.kept
-        ]
+        return [f"machine {self.name}: keeping the recorded {key} {old!r} (measured now: {new!r}); delete "
+                f"{self.recorded_in} to record the machine anew" for key, old, new in self.kept]
+
+
+def _filled(entry: Mapping[str, Any]) -> dict[str, str]:
+    """A machine record's facts that hold a value, as strings."""
+    return {key: str(value) for key, value in entry.items() if value not in (None, "")}
 
 
 def _recorded(path: Path) -> dict[str, str]:
     if not path.is_file():
         return {}
     try:
-        data = asv_files.read_json(path, asv_files.MACHINE_API)
+        return _filled(asv_files.read_json(path, asv_files.MACHINE_API))
     except asv_files.Unreadable as error:
         raise RunnerError(f"{path}: not an asv machine record: {error.reason}") from error
-    return {key: str(value) for key, value in data.items() if value not in (None, "")}
 
 
 def _users_entry(name: str, machine_file: Path | None) -> dict[str, str]:
@@ -150,20 +151,13 @@ def _users_entry(name: str, machine_file: Path | None) -> dict[str, str]:
     from asv.machine import MachineCollection
 
     try:
-        entry = MachineCollection.load(name, _path=None if machine_file is None else str(machine_file))
+        return _filled(MachineCollection.load(name, _path=None if machine_file is None else str(machine_file)))
     except util.UserError:
         return {}
-    return {key: str(value) for key, value in entry.items() if value not in (None, "")}
 
 
-def record_machine(
-    name: str,
-    results_dir: str | os.PathLike[str],
-    facts: Mapping[str, Any],
-    *,
-    base_name: str | None = None,
-    machine_file: str | os.PathLike[str] | None = None,
-) -> MachineRecord:
+def record_machine(name: str, results_dir: str | os.PathLike[str], facts: Mapping[str, Any], *,
+                   base_name: str | None = None, machine_file: str | os.PathLike[str] | None = None) -> MachineRecord:
     """Write the machine's full facts to asv's machine record (``~/.asv-machine.json``), where ``asv run`` reads them.
 
     Args:
@@ -185,10 +179,7 @@ def record_machine(
         record_file = folder / (base_name or name) / "machine.json"
     recorded = _recorded(record_file)
     merged = {**_users_entry(name, path), **measured, **recorded, "machine": name}
-    kept = tuple(
-        (key, merged[key], measured[key])
-        for key in sorted(measured)
-        if key != "machine" and merged[key] != measured[key]
-    )
+    kept = tuple((key, merged[key], measured[key]) for key in sorted(measured)
+                 if key != "machine" and merged[key] != measured[key])
     save_machine(name, merged, path)
     return MachineRecord(name=name, facts=merged, kept=kept, recorded_in=str(record_file))

@@ -9,7 +9,6 @@ is refused before anything is written.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -111,10 +110,6 @@ def run_merge(folders: Sequence[str], out: str, html: str | None, config: str, p
     return 0
 
 
-def _command(args: argparse.Namespace, *_: object) -> int:
-    return run_merge(args.folders, args.out, args.html, args.config, publish=args.publish)
-
-
 def register(subparsers: Any) -> None:
     """Add ``merge`` to the ``pitfalls`` command line."""
     merge = subparsers.add_parser(
@@ -127,4 +122,4 @@ def register(subparsers: Any) -> None:
     merge.add_argument("--html", default=None, help="the site folder (default: asv.conf.json's html_dir)")
     merge.add_argument("--config", default=CONF_NAME, help="the asv configuration (default asv.conf.json)")
     merge.add_argument("--no-publish", dest="publish", action="store_false", help="merge only")
-    merge.set_defaults(run=_command)
+    merge.set_defaults(run=lambda args, *_: run_merge(args.folders, args.out, args.html, args.config, args.publish))

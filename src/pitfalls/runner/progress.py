@@ -15,6 +15,7 @@ import re
 import sys
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,9 +152,9 @@ class Progress:
             self.last_line = self.clock()
             return True
 
-    def follow(self, lines: Iterable[str], stop: threading.Event | None = None) -> None:
+    def follow(self, lines: Iterable[str]) -> None:
         """Pass every line through, a heartbeat thread beating until the lines end."""
-        ended = stop or threading.Event()
+        ended = threading.Event()
 
         def heartbeat() -> None:
             while not ended.wait(min(self.heartbeat_s, 5.0)):
@@ -171,13 +172,9 @@ class Progress:
 
 def time_table(durations: Durations, slowest: int = 5) -> list[str]:
     """Seconds per family (benchmarks and setup caches) and the ``slowest`` benchmarks, as a markdown table."""
-    families: dict[str, float] = {}
-    for name, seconds in durations.benchmarks.items():
-        family = name.split(".")[0].removeprefix("bench_")
-        families[family] = families.get(family, 0.0) + seconds
-    for module, seconds in durations.setup_caches.items():
-        family = module.removeprefix("bench_")
-        families[family] = families.get(family, 0.0) + seconds
+    families: defaultdict[str, float] = defaultdict(float)
+    for name, seconds in [*durations.benchmarks.items(), *durations.setup_caches.items()]:
+        families[name.split(".")[0].removeprefix("bench_")] += seconds
     by_family = [[family, f"{seconds:.0f}"] for family, seconds in sorted(families.items(), key=lambda kv: -kv[1])]
     by_family.append([f"all ({len(durations.benchmarks)} benchmarks, setup caches included)", f"{durations.total:.0f}"])
     ranked = sorted(durations.benchmarks.items(), key=lambda kv: -kv[1])[:slowest]

@@ -20,6 +20,7 @@ from pathlib import Path
 from pitfalls.asv_files import file_name, load
 from pitfalls.runner import store
 from pitfalls.runner.conf import RunnerError
+from pitfalls.runner.job import report_errors
 
 __all__ = ["main", "relabel"]
 
@@ -60,10 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--python", required=True, help="the Python version of that interpreter, e.g. 3.11")
     parser.add_argument("--torch", required=True, help="the torch version it had, without a local label, e.g. 2.13.0")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        written = relabel(args.file, python=args.python, torch=args.torch)
-    except RunnerError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(f"{args.file} -> {written}")
-    return 0
+
+    def run() -> int:
+        print(f"{args.file} -> {relabel(args.file, python=args.python, torch=args.torch)}")
+        return 0
+
+    return report_errors(run)

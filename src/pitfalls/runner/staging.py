@@ -156,7 +156,6 @@ class Stage:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
         self.remove()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,33 +26,16 @@ from typing import Any
 
 from pitfalls import asv_files
 from pitfalls.asv_files import BENCHMARKS, MACHINE, MACHINE_API, SUITE_API, load, read_json, result_files
-from pitfalls.runner.conf import RunnerError
+from pitfalls.runner.conf import RunnerError, one_line
 
-__all__ = [
-    "LOCK_NAME",
-    "Snapshot",
-    "check_writable",
-    "locked",
-    "merge_into",
-    "readable",
-    "save_atomically",
-    "snapshot",
-    "suite_conflicts",
-]
+__all__ = ["LOCK_NAME", "Snapshot", "check_writable", "locked", "merge_into", "readable", "save_atomically", "snapshot",
+           "suite_conflicts"]
 
 LOCK_NAME = ".lock"
 UNREADABLE = "<unreadable sha256>"
 # The per-benchmark tables of asv.results.Results: the ones its own load_data() carries over from an old file.
-PER_BENCHMARK = (
-    "_results",
-    "_samples",
-    "_stats",
-    "_benchmark_params",
-    "_profiles",
-    "_started_at",
-    "_duration",
-    "_benchmark_version",
-)
+PER_BENCHMARK = ("_results", "_samples", "_stats", "_benchmark_params", "_profiles", "_started_at", "_duration",
+                 "_benchmark_version")
 # What makes two benchmarks.json entries the same benchmark (version is asv's hash of the benchmark's code).
 SUITE_FIELDS = ("version", "type", "unit", "params", "param_names")
 
@@ -60,18 +44,12 @@ SUITE_FIELDS = ("version", "type", "unit", "params", "param_names")
 Snapshot = dict[str, dict[str, Any]]
 
 
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split()) or type(error).__name__
-
-
 def check_writable(*folders: str | os.PathLike[str]) -> None:
     """Check that each folder (or, if it does not exist yet, its nearest existing parent) accepts new files.
 
     Raises:
         RunnerError: naming the first folder that cannot be written, before anything is measured.
     """
-    import tempfile
-
     for folder in folders:
         path = Path(folder).resolve()
         probe = path
@@ -83,9 +61,8 @@ def check_writable(*folders: str | os.PathLike[str]) -> None:
             with tempfile.NamedTemporaryFile(dir=probe, prefix=".write-check-"):
                 pass
         except OSError as error:
-            raise RunnerError(
-                f"{path} is not writable ({error.strerror or _one_line(error)}); nothing was measured"
-            ) from error
+            raise RunnerError(f"{path} is not writable ({error.strerror or one_line(error)}); nothing was measured") \
+                from error
 
 
 @contextmanager
@@ -134,15 +111,8 @@ def snapshot(results_dir: str | os.PathLike[str]) -> Snapshot:
 def _empty_like(results: Any, relative: str) -> Any:
     from asv.results import Results
 
-    fresh = Results(
-        dict(results.params),
-        dict(results._requirements),
-        results.commit_hash,
-        results.date,
-        results._python,
-        results.env_name,
-        dict(results.env_vars),
-    )
+    fresh = Results(dict(results.params), dict(results._requirements), results.commit_hash, results.date,
+                    results._python, results.env_name, dict(results.env_vars))
     fresh._filename = relative
     return fresh
 
@@ -150,9 +120,8 @@ def _empty_like(results: Any, relative: str) -> Any:
 def _merge_results(source: Any, target: Any | None, relative: str, before: Mapping[str, Any] | None) -> Any:
     """``target`` with the entries of ``source`` that are new since ``before`` (all of them when it is None)."""
     merged = target if target is not None else _empty_like(source, relative)
-    taken = [
-        key for key, marker in _markers(source).items() if before is None or key not in before or before[key] != marker
-    ]
+    taken = [key for key, marker in _markers(source).items()
+             if before is None or key not in before or before[key] != marker]
     for key in taken:
         if key.startswith("<"):
             merged._duration[key] = source._duration[key]
@@ -171,13 +140,9 @@ def _merge_results(source: Any, target: Any | None, relative: str, before: Mappi
 
 def suite_conflicts(first: Mapping[str, Any], second: Mapping[str, Any]) -> list[str]:
     """Benchmarks that both ``benchmarks.json`` contents hold with a different version, type, unit or params."""
-    return sorted(
-        name
-        for name in set(first) & set(second)
-        if isinstance(first[name], dict)
-        and isinstance(second[name], dict)
-        and any(first[name].get(key) != second[name].get(key) for key in SUITE_FIELDS)
-    )
+    return sorted(name for name in set(first) & set(second)
+                  if isinstance(first[name], dict) and isinstance(second[name], dict)
+                  and any(first[name].get(key) != second[name].get(key) for key in SUITE_FIELDS))
 
 
 @dataclass(frozen=True)
@@ -213,13 +178,8 @@ def _plan(source: Path, target: Path, before: Snapshot | None, suite: str) -> li
     return writes
 
 
-def merge_into(
-    source: str | os.PathLike[str],
-    target: str | os.PathLike[str],
-    *,
-    before: Snapshot | None = None,
-    suite: str = "replace",
-) -> list[str]:
+def merge_into(source: str | os.PathLike[str], target: str | os.PathLike[str], *, before: Snapshot | None = None,
+               suite: str = "replace") -> list[str]:
     """Merge the asv results folder ``source`` into ``target``, key by key; call it holding :func:`locked`.
 
     Args:
@@ -265,7 +225,7 @@ def _write_all(writes: list[_Write], target_dir: Path) -> None:
     except OSError as error:
         for partial, _ in written:
             partial.unlink(missing_ok=True)
-        raise RunnerError(f"cannot write into {target_dir}: {_one_line(error)}; it is unchanged") from error
+        raise RunnerError(f"cannot write into {target_dir}: {one_line(error)}; it is unchanged") from error
     for partial, final in written:
         os.replace(partial, final)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pitfalls.runner.conf import RunnerError
 
-__all__ = ["changed_files", "commit_of", "describe_changes", "head_commit"]
+__all__ = ["changed_files", "commit_of", "describe_changes"]
 
 
 def _git(root: Path, *args: str) -> str:
@@ -29,11 +29,6 @@ def commit_of(root: str | os.PathLike[str], name: str = "HEAD") -> str:
         return _git(Path(root), "rev-parse", "--verify", "--end-of-options", f"{name}^{{commit}}").strip()
     except RunnerError as error:
         raise RunnerError(f"not a commit of {root}: {name!r}") from error
-
-
-def head_commit(root: str | os.PathLike[str]) -> str:
-    """The full hash of HEAD."""
-    return commit_of(root, "HEAD")
 
 
 def changed_files(root: str | os.PathLike[str], ignore: Iterable[str | os.PathLike[str]] = ()) -> list[str]:

@@ -16,15 +16,8 @@ from pitfalls.scan_loader.deliver import WorkerDied
 from pitfalls.scan_loader.interrupts import raise_if_received, recorded
 from pitfalls.scan_loader.render import render
 from pitfalls.scan_loader.scan import ScanOptions, default_workers, scan_loader
-from pitfalls.scan_loader.target import (
-    TARGET_FORMS,
-    ScannedCodeError,
-    TargetError,
-    WrapOptions,
-    load_loader,
-    load_step,
-    user_traceback,
-)
+from pitfalls.scan_loader.target import TARGET_FORMS, is_users, load_loader, load_step
+from pitfalls.targets import ScannedCodeError, TargetError, scanned_traceback
 
 __all__ = ["cmd_scan_loader", "register"]
 
@@ -56,7 +49,7 @@ def cmd_scan_loader(args: argparse.Namespace, console: Console) -> int:
     options = ScanOptions(device=device, workers=args.workers or default_workers(), budget_s=args.budget)
     try:
         with recorded():
-            loader = load_loader(args.target, WrapOptions(batch_size=args.batch_size))
+            loader = load_loader(args.target, args.batch_size)
             step = load_step(args.step) if args.step else None
             report = scan_loader(loader, step, options, target=args.target, step_name=args.step or "step")
             raise_if_received()
@@ -65,7 +58,7 @@ def cmd_scan_loader(args: argparse.Namespace, console: Console) -> int:
         return 2
     except ScannedCodeError as error:
         _stderr(f"{error} (the traceback below is from your code)")
-        print(user_traceback(error.error), file=sys.stderr, end="")
+        print(scanned_traceback(error.error, is_users), file=sys.stderr, end="")
         return 2
     except WorkerDied as error:
         _stderr(f"a worker died; every worker is stopped: {error}")

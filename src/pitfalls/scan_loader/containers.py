@@ -7,6 +7,8 @@ arrays (numpy, tensors, Arrow) are a few objects whatever their length and are n
 
 from __future__ import annotations
 
+import functools
+import itertools
 import multiprocessing
 import sys
 from collections import deque
@@ -57,10 +59,9 @@ def _deep_size(value: Any, depth: int = _DEPTH) -> int:
 
 def _items(value: Any) -> list[Any]:
     items = list(value.values()) if isinstance(value, dict) else value
-    step = max(1, len(items) // _SAMPLE) if isinstance(items, (list, tuple)) else 1
     if isinstance(items, (list, tuple)):
-        return list(items[::step][:_SAMPLE])
-    return [item for item, _ in zip(items, range(_SAMPLE), strict=False)]
+        return list(items[::max(1, len(items) // _SAMPLE)][:_SAMPLE])
+    return list(itertools.islice(items, _SAMPLE))
 
 
 def _estimate(value: Any) -> int:
@@ -109,18 +110,11 @@ def _touch(value: Any) -> None:
         del item
 
 
-def _resolve(root: Any, path: str) -> Any:
-    value = root
-    for part in path.split(".")[1:]:
-        value = getattr(value, part)
-    return value
-
-
 def _child(root: Any, path: str, queue: Any) -> None:
     ignore_in_child()
     me = psutil.Process()
     before = me.memory_full_info().uss
-    _touch(_resolve(root, path))
+    _touch(functools.reduce(getattr, path.split(".")[1:], root))
     queue.put(me.memory_full_info().uss - before)
 
 

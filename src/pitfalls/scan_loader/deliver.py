@@ -64,16 +64,14 @@ def theirs(target: str, iterator: Iterator[Any]) -> Iterator[Any]:
             batch = next(iterator)
         except StopIteration:
             return
-        except RuntimeError as error:
-            if is_handler_report(error):
+        except Exception as error:
+            if isinstance(error, RuntimeError) and is_handler_report(error):
                 raise WorkerDied(str(error).splitlines()[0]) from error
-            raise ScannedCodeError(target, "loading a batch", error) from error
-        except (OSError, EOFError) as error:
-            dead = exited(worker_pids(iterator, live=False), wait_s=BROKEN_CONNECTION_S)
+            # A broken connection is a dead worker's when one has exited; otherwise the user's code raised it.
+            dead = exited(worker_pids(iterator, live=False), wait_s=BROKEN_CONNECTION_S) \
+                if isinstance(error, (OSError, EOFError)) else []
             if dead:
                 raise WorkerDied(f"DataLoader worker (pid {', '.join(map(str, dead))}) exited unexpectedly "
                                  f"({type(error).__name__}: {error})") from error
-            raise ScannedCodeError(target, "loading a batch", error) from error
-        except Exception as error:
             raise ScannedCodeError(target, "loading a batch", error) from error
         yield batch

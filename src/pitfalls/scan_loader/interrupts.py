@@ -18,14 +18,9 @@ from collections.abc import Iterator
 from types import FrameType, TracebackType
 from typing import Any
 
-__all__ = ["ignore_in_child", "raise_if_received", "received", "recorded"]
+__all__ = ["ignore_in_child", "raise_if_received", "recorded"]
 
 _received = False
-
-
-def received() -> bool:
-    """Whether a SIGINT arrived inside `recorded`."""
-    return _received
 
 
 def raise_if_received() -> None:

@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from pitfalls.scan_loader.interrupts import ignore_in_child
 
-__all__ = ["ChildInit", "CyclingBatches", "batches_per_epoch", "rebuild", "worker_pids"]
+__all__ = ["ChildInit", "CyclingBatches", "rebuild", "worker_pids"]
 
 DEFAULT_PREFETCH = 2
 
@@ -47,28 +47,11 @@ class ChildInit:
             self.user(worker_id)
 
 
-def batches_per_epoch(loader: DataLoader[Any]) -> int | None:
-    """Batches in one epoch of the user's loader, or None when it has no length (an iterable dataset)."""
-    try:
-        return len(loader)
-    except TypeError:
-        return None
-
-
 def rebuild(loader: DataLoader[Any], *, workers: int, pin_memory: bool = False, persistent_workers: bool = False,
             cycle: bool = True) -> DataLoader[Any]:
-    """The same dataset, sampler, collate function and worker options, with other workers, pinning, persistence.
-
-    Args:
-        loader: the user's DataLoader.
-        workers: num_workers.
-        pin_memory: DataLoader's pin_memory.
-        persistent_workers: DataLoader's persistent_workers (with workers only).
-        cycle: repeat the epochs without end (a map-style dataset with a batch sampler only).
-
-    Returns:
-        A new DataLoader; the user's is not touched.
-    """
+    """A new DataLoader over the user's dataset, sampler, collate function and worker options (the user's untouched),
+    with DataLoader's ``num_workers=workers``, ``pin_memory`` and ``persistent_workers`` (with workers only); with
+    ``cycle``, the epochs repeat without end (a map-style dataset with a batch sampler only)."""
     options: dict[str, Any] = {"num_workers": workers, "pin_memory": pin_memory, "collate_fn": loader.collate_fn,
                                "timeout": loader.timeout, "generator": loader.generator}
     if workers:

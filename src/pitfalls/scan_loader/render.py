@@ -13,11 +13,6 @@ from pitfalls.units import human_bytes
 __all__ = ["render"]
 
 
-
-def _size(value: float) -> str:
-    return human_bytes(value)
-
-
 def _seconds(value: float | Unavailable | None) -> str:
     if isinstance(value, Unavailable) or value is None:
         return f"n/a: {value.reason}" if isinstance(value, Unavailable) else "n/a"
@@ -48,8 +43,9 @@ def render(report: ScanLoaderReport, console: Console) -> None:
                    "in flight (W x prefetch x batch)", "peak PSS", "peak USS"):
         table.add_column(column, overflow="fold")
     for r in report.settings:
-        flight = _size(shape.in_flight_bytes(r.setting.workers, report.prefetch_factor))
-        memory = ("n/a", "n/a") if isinstance(r.peak, Unavailable) else (_size(r.peak.peak_pss), _size(r.peak.peak_uss))
+        flight = human_bytes(shape.in_flight_bytes(r.setting.workers, report.prefetch_factor))
+        memory = ("n/a", "n/a") if isinstance(r.peak, Unavailable) else \
+            (human_bytes(r.peak.peak_pss), human_bytes(r.peak.peak_uss))
         if r.steady is None or r.bound is None:
             table.add_row(r.setting.label, f"skipped: {r.skipped}", "", "", "", flight, *memory)
             continue
@@ -65,13 +61,14 @@ def render(report: ScanLoaderReport, console: Console) -> None:
     if isinstance(cow, CopyOnWrite):
         console.print(Text(f"copy-on-write over {cow.items_read:,} items read at num_workers={cow.workers}: "
                            f"{cow.per_item:,.0f} bytes per item; per worker "
-                           + ", ".join(_size(g) for g in cow.growth)))
+                           + ", ".join(human_bytes(g) for g in cow.growth)))
     else:
         console.print(Text(f"copy-on-write: n/a: {cow.reason}"))
     for c in report.containers:
         touched = report.touch_copied.get(c.name)
-        copied = f"; reading each one in a forked process copies {_size(touched)}" if touched is not None else ""
-        console.print(Text(f"  {c.name}: a {c.kind} of {c.length:,} Python objects, about {_size(c.bytes)}{copied}"))
+        copied = f"; reading each one in a forked process copies {human_bytes(touched)}" if touched is not None else ""
+        console.print(Text(f"  {c.name}: a {c.kind} of {c.length:,} Python objects, about {human_bytes(c.bytes)}"
+                           f"{copied}"))
 
     table = Table(title="advice, measured gains first, then the arithmetic")
     for column in ("#", "change", "gain", "figure", "why"):

@@ -14,10 +14,6 @@ from pitfalls.scan_loader.containers import Container
 
 __all__ = ["CopyOnWrite", "Finding", "LoaderBound", "ScanLoaderReport", "Setting", "SettingResult", "verdict"]
 
-# The step waits in next() for more than this share of each batch: the loader holds it back. The loader family's
-# bar, so that the scan and the family's verdict judge alike.
-WAIT_TOLERANCE = WAIT_THRESHOLD
-
 
 @dataclass(frozen=True)
 class Setting:
@@ -36,8 +32,8 @@ class LoaderBound:
     """The verdict of one setting.
 
     Attributes:
-        verdict: "loader-bound" (the step waits in next() more than `WAIT_TOLERANCE` of each batch) or
-            "step-bound".
+        verdict: "loader-bound" (the step waits in next() more than the loader family's `WAIT_THRESHOLD` of each
+            batch, so that the scan and the family's verdict judge alike) or "step-bound".
         wait_share: that share.
         below_ceiling: the ceiling's samples/s over this setting's (1.0: at the ceiling), or None without one.
     """
@@ -56,7 +52,7 @@ def verdict(steady: Steady, ceiling: float | None) -> LoaderBound:
     """Loader-bound or step-bound, from the wait in next() and the ceiling."""
     share = steady.wait_share
     ratio = ceiling / steady.samples_per_second if ceiling and steady.samples_per_second > 0 else None
-    return LoaderBound("loader-bound" if share > WAIT_TOLERANCE else "step-bound", share, ratio)
+    return LoaderBound("loader-bound" if share > WAIT_THRESHOLD else "step-bound", share, ratio)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from pitfalls.result import Unavailable
 from pitfalls.scan_loader.advice import advise
 from pitfalls.scan_loader.containers import find_containers, touch_copied_bytes
 from pitfalls.scan_loader.deliver import Delivery, WorkerDied, theirs
-from pitfalls.scan_loader.rebuild import DEFAULT_PREFETCH, batches_per_epoch, rebuild, worker_pids
+from pitfalls.scan_loader.rebuild import DEFAULT_PREFETCH, rebuild, worker_pids
 from pitfalls.scan_loader.results import CopyOnWrite, ScanLoaderReport, Setting, SettingResult, verdict
 from pitfalls.scan_loader.target import Step
 from pitfalls.targets import TargetError
@@ -262,17 +262,13 @@ def _scan(loader: DataLoader[Any], step: Step | None, options: ScanOptions, targ
         best = max((r for r in timed if r.setting.workers), key=lambda r: r.steady.samples_per_second
                    if r.steady else 0.0, default=None)
         most = max((r.setting.workers for r in timed), default=0)
-        epoch = batches_per_epoch(loader)
-        starts: dict[str, float | Unavailable] = {
-            "persistent_workers=off": Unavailable("no setting was timed"),
-            "persistent_workers=on": Unavailable("no setting was timed")}
-        if best is None:
-            starts["persistent_workers=on"] = Unavailable("no setting with workers was timed")
+        epoch = _length(loader)  # batches in one epoch; None for an iterable dataset
+        if best is not None and clock.left > WORKER_START_S * best.setting.workers * 3:
+            starts = _epoch_starts(held, target, loader, best.setting.workers, best.steady)
         else:
-            if clock.left > WORKER_START_S * best.setting.workers * 3:
-                starts = _epoch_starts(held, target, loader, best.setting.workers, best.steady)
-            else:
-                starts["persistent_workers=on"] = Unavailable("the budget ran out before it")
+            why = "no setting with workers was timed" if best is None else "the budget ran out before it"
+            starts = {"persistent_workers=off": Unavailable("no setting was timed"),
+                      "persistent_workers=on": Unavailable(why)}
         cow: CopyOnWrite | Unavailable = Unavailable("the budget ran out before it")
         if clock.left > WORKER_START_S * most + 2 * SETTLE_S * SETTLE_READINGS or most == 0:
             cow = _copy_on_write(held, target, loader, most, samples, epoch, clock)
@@ -285,8 +281,9 @@ def _scan(loader: DataLoader[Any], step: Step | None, options: ScanOptions, targ
     return advise(report)
 
 
-def _length(dataset: Any) -> int | None:
+def _length(sized: Any) -> int | None:
+    """A loader's or a dataset's length, or None when it has none."""
     try:
-        return len(dataset)
+        return len(sized)
     except TypeError:
         return None

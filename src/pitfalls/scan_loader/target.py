@@ -1,30 +1,23 @@
 """Turn `pitfalls scan-loader`'s TARGET and STEP into a DataLoader and a step of one batch.
 
 TARGET names a DataLoader, a Dataset, or a callable of no arguments that returns one (called once); a Dataset is
-wrapped in a DataLoader with the options given. STEP names a callable of one argument (the batch, already on the
-device), or a callable of none that returns one.
+wrapped in a DataLoader of the batch size given, in order, its last partial batch dropped. STEP names a callable of
+one argument (the batch, already on the device), or a callable of none that returns one.
 """
 
 from __future__ import annotations
 
-import inspect
 import os
-import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from pitfalls.targets import ScannedCodeError, TargetError, call_scanned, resolve_named
+from pitfalls.targets import TargetError, call_scanned, required_parameters, resolve_named
 
-__all__ = [
-    "TARGET_FORMS", "ScannedCodeError", "Step", "TargetError", "WrapOptions", "load_loader", "load_step",
-    "user_traceback",
-]
+__all__ = ["TARGET_FORMS", "Step", "is_users", "load_loader", "load_step"]
 
 TARGET_FORMS = "FILE.py:NAME or MODULE:NAME"
 Step = Callable[[Any], object]
@@ -33,36 +26,12 @@ _PACKAGE_DIR = str(Path(__file__).resolve().parents[1]) + os.sep
 _TORCH_DIR = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
 
 
-@dataclass(frozen=True)
-class WrapOptions:
-    """How a bare Dataset is wrapped: DataLoader's own options for the loader being scanned.
-
-    Attributes:
-        batch_size: samples per batch.
-        shuffle: shuffle each epoch.
-        drop_last: drop the last, partial batch.
-    """
-
-    batch_size: int = 32
-    shuffle: bool = False
-    drop_last: bool = True
-
-
-def _required(fn: Callable[..., object]) -> list[str]:
-    try:
-        parameters = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return []
-    return [p.name for p in parameters
-            if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-
-
-def load_loader(text: str, wrap: WrapOptions = WrapOptions()) -> DataLoader[Any]:
+def load_loader(text: str, batch_size: int = 32) -> DataLoader[Any]:
     """The DataLoader that TARGET names, builds or wraps.
 
     Args:
         text: FILE.py:NAME or MODULE:NAME.
-        wrap: the options a bare Dataset is wrapped with.
+        batch_size: the batch size a bare Dataset is wrapped with.
 
     Returns:
         The user's DataLoader (or their Dataset wrapped in one).
@@ -77,7 +46,7 @@ def load_loader(text: str, wrap: WrapOptions = WrapOptions()) -> DataLoader[Any]
         if not callable(named):
             raise TargetError(f"TARGET {text!r} is a {type(named).__name__}, not a DataLoader, a Dataset "
                               "or a function returning one")
-        needed = _required(named)
+        needed = required_parameters(named)
         if needed:
             raise TargetError(f"TARGET {text!r} needs arguments ({', '.join(needed)}); give a function of no "
                               "arguments that returns a DataLoader or a Dataset")
@@ -85,7 +54,7 @@ def load_loader(text: str, wrap: WrapOptions = WrapOptions()) -> DataLoader[Any]
     if isinstance(value, DataLoader):
         return value
     if isinstance(value, Dataset):
-        return DataLoader(value, batch_size=wrap.batch_size, shuffle=wrap.shuffle, drop_last=wrap.drop_last)
+        return DataLoader(value, batch_size=batch_size, shuffle=False, drop_last=True)
     raise TargetError(f"TARGET {text!r} returned a {type(value).__name__}, not a DataLoader or a Dataset")
 
 
@@ -102,23 +71,19 @@ def load_step(text: str) -> Step:
         raise TargetError(str(error).replace("TARGET", "STEP", 1)) from None
     if not callable(named):
         raise TargetError(f"STEP {text!r} is a {type(named).__name__}, not callable")
-    needed = _required(named)
+    needed = required_parameters(named)
     if not needed and not isinstance(named, type):
         # A factory: what it returns is the step.
         named = call_scanned(text, f"calling {text.rpartition(':')[2]}()", named)
         if not callable(named):
             raise TargetError(f"STEP {text!r} returned a {type(named).__name__}, not a step taking a batch")
-        needed = _required(named)
+        needed = required_parameters(named)
     if len(needed) > 1:
         raise TargetError(f"STEP {text!r} needs {len(needed)} arguments ({', '.join(needed)}); a step takes one "
                           "batch")
     return named
 
 
-def user_traceback(error: BaseException) -> str:
-    """The user's exception, its traceback from the first frame that is neither torch's nor this suite's."""
-    tb: TracebackType | None = error.__traceback__
-    while tb is not None and os.path.realpath(tb.tb_frame.f_code.co_filename).startswith((_PACKAGE_DIR, _TORCH_DIR)):
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(type(error), error, tb))
-
+def is_users(filename: str) -> bool:
+    """Whether a traceback's file is the user's: neither torch's nor this suite's."""
+    return not os.path.realpath(filename).startswith((_PACKAGE_DIR, _TORCH_DIR))

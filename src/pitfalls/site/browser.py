@@ -18,24 +18,18 @@ CHROMIUM_NAMES = ("chromium", "chromium-browser")
 
 # Headless, no sandbox (we run as root in containers), and none of the background traffic Chromium starts on
 # its own (component updates, sync, field trials): without these it tries many outside connections.
-BASE_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--hide-scrollbars",
-)
+BASE_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
+              "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars")
 
 # Every name resolves to nothing and every connection goes through a proxy that is not there (port 9, discard),
 # except loopback, which Chromium never proxies: a CDN fetch cannot succeed, not even by accident.
-OFFLINE_FLAGS = (
-    "--proxy-server=127.0.0.1:9",
-    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE localhost",
-)
+OFFLINE_FLAGS = ("--proxy-server=127.0.0.1:9",
+                 "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE localhost")
+# The viewport; the virtual time a page gets to run its scripts and XHRs before its DOM is taken; and the
+# wall-clock limit past which Chromium is killed with its child processes.
+WINDOW_SIZE = "1280,900"
+BUDGET_MS = 10_000
+TIMEOUT_S = 120.0
 
 
 def find_chromium() -> str | None:
@@ -43,24 +37,12 @@ def find_chromium() -> str | None:
     return next(filter(None, map(shutil.which, CHROMIUM_NAMES)), None)
 
 
-def render_page(
-    url: str,
-    screenshot_path: str | os.PathLike[str] | None = None,
-    *,
-    offline: bool = True,
-    window_size: tuple[int, int] = (1280, 900),
-    budget_ms: int = 10_000,
-    timeout_s: float = 120.0,
-) -> str:
-    """Load ``url`` in headless Chromium, let its scripts run, and return the rendered DOM.
+def render_page(url: str, screenshot_path: str | os.PathLike[str] | None = None) -> str:
+    """Load ``url`` in headless Chromium, every host but loopback blocked, let its scripts run, return the DOM.
 
     Args:
         url: an http(s) or file URL; hash routes (``index.html#summarylist``) are kept.
         screenshot_path: where to write a PNG of the page, or None.
-        offline: block every host but loopback (the default), so the page proves it needs no network.
-        window_size: the viewport, width and height in pixels.
-        budget_ms: virtual time the page gets to run its scripts and XHRs before the DOM is taken.
-        timeout_s: wall-clock limit for Chromium; it is killed (with its child processes) past it.
 
     Returns:
         The page's DOM as HTML text, after its scripts ran.
@@ -71,26 +53,13 @@ def render_page(
     """
     if not isinstance(url, str) or urlsplit(url).scheme not in ("http", "https", "file"):
         raise ValueError(f"url={url!r} is not allowed; pass an http://, https:// or file:// URL")
-    width, height = window_size
-    if width <= 0 or height <= 0:
-        raise ValueError(f"window_size={window_size!r} is not allowed; both sides must be positive pixels")
-    if budget_ms <= 0:
-        raise ValueError(f"budget_ms={budget_ms!r} is not allowed; it must be positive")
     chromium = find_chromium()
     if chromium is None:
-        raise FileNotFoundError(
-            "no chromium on PATH; install the Debian package `chromium` (apt-get install -y chromium)"
-        )
+        raise FileNotFoundError("no chromium on PATH; install the Debian package `chromium` "
+                                "(apt-get install -y chromium)")
     with tempfile.TemporaryDirectory(prefix="pitfalls-chromium-") as profile:
-        command = [
-            chromium,
-            *BASE_FLAGS,
-            *(OFFLINE_FLAGS if offline else ()),
-            f"--window-size={width},{height}",
-            f"--user-data-dir={profile}",
-            f"--virtual-time-budget={budget_ms}",
-            "--dump-dom",
-        ]
+        command = [chromium, *BASE_FLAGS, *OFFLINE_FLAGS, f"--window-size={WINDOW_SIZE}",
+                   f"--user-data-dir={profile}", f"--virtual-time-budget={BUDGET_MS}", "--dump-dom"]
         if screenshot_path is not None:
             target = Path(screenshot_path).resolve()
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -98,10 +67,10 @@ def render_page(
         command.append(url)
         # Its group holds Chromium's helper processes: a timeout ends them too.
         try:
-            done = processes.run(command, timeout_s=timeout_s, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            done = processes.run(command, timeout_s=TIMEOUT_S, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True)
         except subprocess.TimeoutExpired:
-            raise RuntimeError(f"chromium did not finish rendering {url} within {timeout_s} s") from None
+            raise RuntimeError(f"chromium did not finish rendering {url} within {TIMEOUT_S} s") from None
     if done.returncode != 0 or not done.stdout.strip():
         tail = "\n".join(done.stderr.strip().splitlines()[-15:])
         raise RuntimeError(f"chromium exited with code {done.returncode} rendering {url}:\n{tail}")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pitfalls.site import assets
+from pitfalls.site.manifest import load_manifest
 from pitfalls.site.markup import external_resources, replace_url
 
 VENDOR_FOLDER = "vendor"
@@ -45,10 +46,8 @@ def _site_dir(html_dir: str | os.PathLike[str]) -> Path:
         raise TypeError(f"html_dir must be a path (str or os.PathLike), got {type(html_dir).__name__}")
     path = Path(html_dir)
     if not (path / "index.html").is_file():
-        raise ValueError(
-            f"html_dir={str(path)!r} has no index.html; pass the folder `asv publish` wrote "
-            "(asv.conf.json's html_dir, 'html' by default)"
-        )
+        raise ValueError(f"html_dir={str(path)!r} has no index.html; pass the folder `asv publish` wrote "
+                         "(asv.conf.json's html_dir, 'html' by default)")
     return path
 
 
@@ -70,7 +69,7 @@ def publish(html_dir: str | os.PathLike[str]) -> PublishReport:
             hash the vendored copy does not have; nothing is changed then.
     """
     site = _site_dir(html_dir)
-    by_url = {item.url: item for item in assets.load_manifest() if item.url is not None}
+    by_url = {item.url: item for item in load_manifest() if item.url is not None}
     pages = sorted(path for path in site.rglob("*.html") if VENDOR_FOLDER not in path.relative_to(site).parts[:1])
     # Plan every change first, so a page we cannot localize leaves the whole folder untouched.
     plans: list[tuple[Path, str]] = []
@@ -84,16 +83,13 @@ def publish(html_dir: str | os.PathLike[str]) -> PublishReport:
         for resource in reversed(external_resources(text)):
             item = by_url.get(resource.url)
             if item is None:
-                problems.append(
-                    f"{name}: <{resource.tag} {resource.attribute}={resource.url!r}> has no vendored copy; "
-                    "add it to pitfalls/site/vendor/MANIFEST.json and run python -m pitfalls.site.assets --refresh"
-                )
+                problems.append(f"{name}: <{resource.tag} {resource.attribute}={resource.url!r}> has no vendored copy; "
+                                "add it to pitfalls/site/vendor/MANIFEST.json and run python -m pitfalls.site.assets "
+                                "--refresh")
                 continue
             if resource.integrity is not None and resource.integrity != item.integrity:
-                problems.append(
-                    f"{name}: {resource.url} is pinned to {resource.integrity!r} but the vendored "
-                    f"{item.file} has {item.integrity!r}; the browser would refuse it"
-                )
+                problems.append(f"{name}: {resource.url} is pinned to {resource.integrity!r} but the vendored "
+                                f"{item.file} has {item.integrity!r}; the browser would refuse it")
                 continue
             local = os.path.relpath(site / VENDOR_FOLDER / item.file, page.parent).replace(os.sep, "/")
             new_text = replace_url(new_text, resource, local)
@@ -105,12 +101,8 @@ def publish(html_dir: str | os.PathLike[str]) -> PublishReport:
     copied = assets.copy_to(site / VENDOR_FOLDER)
     for page, new_text in plans:
         page.write_text(new_text, encoding="utf-8")
-    return PublishReport(
-        html_dir=site,
-        pages=tuple(page.relative_to(site).as_posix() for page in pages),
-        rewritten=tuple(reversed(rewritten)),
-        vendored=len(copied) + 1,
-    )
+    return PublishReport(html_dir=site, pages=tuple(page.relative_to(site).as_posix() for page in pages),
+                         rewritten=tuple(reversed(rewritten)), vendored=len(copied) + 1)
 
 
 def _publish_arguments(asv_args: list[str]) -> tuple[Path, list[str]]:
@@ -178,16 +170,13 @@ def main(argv: Iterable[str] | None = None) -> int:
         command = [sys.executable, "-m", "asv", "publish", *other_args, "--html-dir", str(staging)]
         done = subprocess.run(command, check=False)
         if done.returncode != 0:
-            print(
-                f"asv publish failed with exit code {done.returncode}; {html_dir} was left as it was", file=sys.stderr
-            )
+            print(f"asv publish failed with exit code {done.returncode}; {html_dir} was left as it was",
+                  file=sys.stderr)
             return done.returncode
         report = publish(staging)
         replace_contents(staging, html_dir)
-    print(
-        f"published {html_dir}: {len(report.rewritten)} CDN addresses now point to "
-        f"{VENDOR_FOLDER}/ ({report.vendored} files); no page loads anything from another host"
-    )
+    print(f"published {html_dir}: {len(report.rewritten)} CDN addresses now point to {VENDOR_FOLDER}/ "
+          f"({report.vendored} files); no page loads anything from another host")
     return 0
 
 

@@ -125,40 +125,18 @@ def matches_integrity(data: bytes, integrity: str) -> bool:
 
 
 def load_manifest(vendor_dir: Path = VENDOR_DIR) -> tuple[VendoredFile, ...]:
-    """Read ``vendor_dir/MANIFEST.json``.
-
-    Args:
-        vendor_dir: the folder holding the vendored files and their manifest.
-
-    Returns:
-        The vendored files, in manifest order.
-    """
+    """The vendored files that ``vendor_dir/MANIFEST.json`` lists, in its order."""
     path = Path(vendor_dir) / MANIFEST_NAME
     raw = json.loads(path.read_text(encoding="utf-8"))
     files = []
     for entry in raw["files"]:
         source = Source(**entry["source"])
-        build = Build(
-            tool=entry["build"]["tool"],
-            version=entry["build"].get("version"),
-            args=tuple(entry["build"].get("args", ())),
-        )
+        build = Build(**{**entry["build"], "args": tuple(entry["build"].get("args", ()))})
         if source.registry not in REGISTRIES:
             raise ValueError(f"{path}: {entry['file']} has registry={source.registry!r}; allowed: {REGISTRIES}")
         if build.tool not in BUILD_TOOLS:
             raise ValueError(f"{path}: {entry['file']} has build tool={build.tool!r}; allowed: {BUILD_TOOLS}")
-        files.append(
-            VendoredFile(
-                file=entry["file"],
-                package=entry["package"],
-                version=entry["version"],
-                integrity=entry["integrity"],
-                source=source,
-                build=build,
-                url=entry.get("url"),
-                note=entry.get("note"),
-            )
-        )
+        files.append(VendoredFile(**{**entry, "source": source, "build": build}))
     return tuple(files)
 
 
@@ -171,14 +149,8 @@ def asv_www_dir() -> Path:
 
 
 def template_assets(www_dir: Path | None = None) -> dict[str, str]:
-    """Map every CDN address in the asv template's HTML pages to its integrity hash.
-
-    Args:
-        www_dir: asv's template folder; by default the installed asv's.
-
-    Returns:
-        ``{url: integrity}``; an address without an integrity attribute maps to ``""``.
-    """
+    """``{url: integrity}`` of every CDN address in the HTML pages of asv's template folder ``www_dir`` (by default
+    the installed asv's); an address without an integrity attribute maps to ``""``."""
     www_dir = asv_www_dir() if www_dir is None else Path(www_dir)
     found: dict[str, str] = {}
     for page in sorted(www_dir.glob("*.html")):

@@ -7,18 +7,8 @@ from html.parser import HTMLParser
 
 # Tags whose attribute makes the browser fetch something as the page loads. Anchors (<a href>) are left out on
 # purpose: a link is only followed when someone clicks it, so it needs no network to render the page.
-FETCHING_ATTRIBUTES: dict[str, str] = {
-    "script": "src",
-    "link": "href",
-    "img": "src",
-    "iframe": "src",
-    "source": "src",
-    "embed": "src",
-    "audio": "src",
-    "video": "src",
-    "track": "src",
-    "object": "data",
-}
+FETCHING_ATTRIBUTES: dict[str, str] = {"script": "src", "link": "href", "img": "src", "iframe": "src", "source": "src",
+                                       "embed": "src", "audio": "src", "video": "src", "track": "src", "object": "data"}
 
 
 @dataclass(frozen=True)
@@ -53,10 +43,7 @@ class _Collector(HTMLParser):
         super().__init__(convert_charrefs=True)
         self.resources: list[Resource] = []
         # getpos() gives (line, column); offsets of line starts turn it into an index into the text.
-        self._line_starts = [0]
-        for index, char in enumerate(text):
-            if char == "\n":
-                self._line_starts.append(index + 1)
+        self._line_starts = [0, *(index + 1 for index, char in enumerate(text) if char == "\n")]
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         attribute = FETCHING_ATTRIBUTES.get(tag)
@@ -75,14 +62,7 @@ class _Collector(HTMLParser):
 
 
 def resources(text: str) -> tuple[Resource, ...]:
-    """List the resources that ``text`` (an HTML page) makes the browser fetch.
-
-    Args:
-        text: the page's HTML.
-
-    Returns:
-        The resources in document order, local and external.
-    """
+    """The resources, local and external, that ``text`` (an HTML page) makes the browser fetch, in document order."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a str of HTML, got {type(text).__name__}")
     collector = _Collector(text)
@@ -109,8 +89,6 @@ def replace_url(text: str, resource: Resource, new_url: str) -> str:
     """
     tag_text = text[resource.start : resource.end]
     if resource.url not in tag_text:
-        raise ValueError(
-            f"resource {resource.url!r} is not at offset {resource.start} of the text; "
-            "pass the text the resource was found in"
-        )
+        raise ValueError(f"resource {resource.url!r} is not at offset {resource.start} of the text; "
+                         "pass the text the resource was found in")
     return text[: resource.start] + tag_text.replace(resource.url, new_url, 1) + text[resource.end :]

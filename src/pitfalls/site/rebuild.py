@@ -13,20 +13,11 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
-from pitfalls.site.manifest import (
-    MANIFEST_NAME,
-    VENDOR_DIR,
-    Build,
-    Source,
-    VendoredFile,
-    load_manifest,
-    matches_integrity,
-    sri,
-    template_assets,
-)
+from pitfalls.site import manifest
+from pitfalls.site.manifest import VENDOR_DIR, Build, Source, VendoredFile
 
 
 class _Workshop:
@@ -54,21 +45,8 @@ class _Workshop:
                 name = self._run([_need("npm"), "pack", f"{source.package}@{source.version}"], folder)
                 path = folder / name.strip().splitlines()[-1]
             else:
-                self._run(
-                    [
-                        sys.executable,
-                        "-m",
-                        "pip",
-                        "download",
-                        f"{source.package}=={source.version}",
-                        "--no-deps",
-                        "--no-binary",
-                        ":all:",
-                        "--dest",
-                        str(folder),
-                    ],
-                    folder,
-                )
+                self._run([sys.executable, "-m", "pip", "download", f"{source.package}=={source.version}",
+                           "--no-deps", "--no-binary", ":all:", "--dest", str(folder)], folder)
                 found = sorted(folder.glob("*.tar.gz"))
                 if not found:
                     raise FileNotFoundError(f"pip download {source.package}=={source.version} gave no source archive")
@@ -89,18 +67,8 @@ class _Workshop:
             folder = self.root / "tools" / f"{build.tool}-{build.version}"
             folder.mkdir(parents=True)
             if build.tool == "uglify-js":
-                self._run(
-                    [
-                        _need("npm"),
-                        "install",
-                        "--no-audit",
-                        "--no-fund",
-                        "--prefix",
-                        str(folder),
-                        f"uglify-js@{build.version}",
-                    ],
-                    folder,
-                )
+                self._run([_need("npm"), "install", "--no-audit", "--no-fund", "--prefix", str(folder),
+                           f"uglify-js@{build.version}"], folder)
                 self._tools[key] = folder / "node_modules" / "uglify-js" / "bin" / "uglifyjs"
             else:
                 jar_source = Source("npm", "google-closure-compiler", build.version or "", "package/compiler.jar")
@@ -125,16 +93,8 @@ class _Workshop:
         if build.tool == "uglify-js":
             command = [_need("node"), str(tool), str(source_path), *build.args, "-o", str(output)]
         else:
-            command = [
-                _need("java"),
-                "-jar",
-                str(tool),
-                *build.args,
-                "--js",
-                str(source_path),
-                "--js_output_file",
-                str(output),
-            ]
+            command = [_need("java"), "-jar", str(tool), *build.args, "--js", str(source_path), "--js_output_file",
+                       str(output)]
         self._run(command, scratch)
         return output.read_bytes()
 
@@ -142,10 +102,8 @@ class _Workshop:
 def _need(program: str) -> str:
     path = shutil.which(program)
     if path is None:
-        raise FileNotFoundError(
-            f"{program} is needed to rebuild the vendored files but is not on PATH "
-            "(Debian: apt-get install nodejs npm default-jre-headless)"
-        )
+        raise FileNotFoundError(f"{program} is needed to rebuild the vendored files but is not on PATH "
+                                "(Debian: apt-get install nodejs npm default-jre-headless)")
     return path
 
 
@@ -160,20 +118,14 @@ def _leading_comment(data: bytes, member: str) -> bytes:
     return ("\n".join(lines).strip("\n") + "\n").encode("utf-8")
 
 
-def refresh(
-    vendor_dir: Path = VENDOR_DIR,
-    dest: Path | None = None,
-    template: Mapping[str, str] | None = None,
-    log: Callable[[str], None] = print,
-) -> list[Path]:
+def refresh(dest: Path | None = None, log: Callable[[str], None] = print) -> list[Path]:
     """Rebuild every vendored file from its registry package and verify it before writing anything.
 
     Needs the npm registry and PyPI, plus ``npm``, ``node`` and ``java`` on PATH.
 
     Args:
-        vendor_dir: the folder whose MANIFEST.json lists the files.
-        dest: where to write the rebuilt files (and a copy of the manifest); defaults to ``vendor_dir``.
-        template: ``{url: integrity}`` to check CDN files against; by default the installed asv's.
+        dest: where to write the rebuilt files (and a copy of the manifest); defaults to the package's vendor
+            folder.
         log: receives one line per step.
 
     Returns:
@@ -183,26 +135,22 @@ def refresh(
         RuntimeError: a rebuilt file does not match its hash, or the template pins another hash; nothing is
             written then.
     """
-    vendor_dir = Path(vendor_dir)
-    dest = vendor_dir if dest is None else Path(dest)
-    template = template_assets() if template is None else template
-    files = load_manifest(vendor_dir)
+    dest = VENDOR_DIR if dest is None else Path(dest)
+    template = manifest.template_assets()
+    files = manifest.load_manifest()
     built: dict[str, bytes] = {}
     problems = []
     with tempfile.TemporaryDirectory(prefix="pitfalls-vendor-") as scratch:
         workshop = _Workshop(Path(scratch), log)
         for item in files:
             data = workshop.make(item)
-            if not matches_integrity(data, item.integrity):
-                problems.append(
-                    f"{item.file}: rebuilt from {item.source.registry} {item.source.package} "
-                    f"{item.source.version} ({item.build.tool}) gives {sri(data, item.integrity.split('-')[0])}, "
-                    f"not {item.integrity}"
-                )
+            if not manifest.matches_integrity(data, item.integrity):
+                problems.append(f"{item.file}: rebuilt from {item.source.registry} {item.source.package} "
+                                f"{item.source.version} ({item.build.tool}) gives "
+                                f"{manifest.sri(data, item.integrity.split('-')[0])}, not {item.integrity}")
             if item.url is not None and template.get(item.url) != item.integrity:
-                problems.append(
-                    f"{item.file}: asv's template pins {item.url} to {template.get(item.url)!r}, not {item.integrity!r}"
-                )
+                problems.append(f"{item.file}: asv's template pins {item.url} to {template.get(item.url)!r}, "
+                                f"not {item.integrity!r}")
             built[item.file] = data
             log(f"ok {item.file} ({len(data)} bytes) matches {item.integrity[:20]}...")
     if problems:
@@ -213,6 +161,6 @@ def refresh(
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
         written.append(path)
-    if dest.resolve() != vendor_dir.resolve():
-        shutil.copyfile(vendor_dir / MANIFEST_NAME, dest / MANIFEST_NAME)
+    if dest.resolve() != VENDOR_DIR.resolve():
+        shutil.copyfile(VENDOR_DIR / manifest.MANIFEST_NAME, dest / manifest.MANIFEST_NAME)
     return written

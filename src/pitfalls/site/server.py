@@ -57,11 +57,9 @@ def check_loopback(host: Any) -> str:
     except ValueError:
         address = None
     if address is None or not address.is_loopback:
-        raise ValueError(
-            f"host={host!r} is not allowed: the site is served on loopback only "
-            "(127.0.0.1, another 127.x.y.z, ::1 or 'localhost'); to reach it from elsewhere, "
-            "use an SSH tunnel (ssh -L PORT:127.0.0.1:PORT)"
-        )
+        raise ValueError(f"host={host!r} is not allowed: the site is served on loopback only (127.0.0.1, another "
+                         "127.x.y.z, ::1 or 'localhost'); to reach it from elsewhere, use an SSH tunnel "
+                         "(ssh -L PORT:127.0.0.1:PORT)")
     return str(address)
 
 
@@ -78,10 +76,8 @@ def _check_site(html_dir: Any) -> Path:
         raise TypeError(f"html_dir must be a path (str or os.PathLike), got {type(html_dir).__name__}")
     path = Path(html_dir).resolve()
     if not (path / "index.html").is_file():
-        raise ValueError(
-            f"html_dir={str(path)!r} has no index.html; pass the folder `asv publish` wrote "
-            "(then localized by scripts/publish)"
-        )
+        raise ValueError(f"html_dir={str(path)!r} has no index.html; pass the folder `asv publish` wrote "
+                         "(then localized by scripts/publish)")
     return path
 
 
@@ -130,11 +126,8 @@ class _SiteHandler(SimpleHTTPRequestHandler):
         host = self.headers.get("Host")
         allowed = allowed_hosts(cast(tuple[Any, ...], self.server.server_address))
         if host is None or host.strip().lower() not in allowed:
-            self.send_error(
-                HTTPStatus.FORBIDDEN,
-                "Host not allowed",
-                f"this server answers only Host {', '.join(sorted(allowed))}, not {host!r}",
-            )
+            self.send_error(HTTPStatus.FORBIDDEN, "Host not allowed",
+                            f"this server answers only Host {', '.join(sorted(allowed))}, not {host!r}")
             return False
         return True
 
@@ -205,12 +198,8 @@ class _V6SiteServer(_SiteServer):
     address_family = socket.AF_INET6
 
 
-def make_server(
-    html_dir: str | os.PathLike[str],
-    port: int = 0,
-    host: str = DEFAULT_HOST,
-    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
-) -> ThreadingHTTPServer:
+def make_server(html_dir: str | os.PathLike[str], port: int = 0, host: str = DEFAULT_HOST,
+                idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S) -> ThreadingHTTPServer:
     """Bind (without starting) an HTTP server for ``html_dir`` on a loopback address.
 
     Args:
@@ -225,9 +214,8 @@ def make_server(
     site = _check_site(html_dir)
     address = check_loopback(host)
     port = _check_port(port)
-    idle_timeout_s = _check_idle_timeout(idle_timeout_s)
     # A path string, not a chdir: each request resolves it anew, so a folder replaced by `asv publish` works.
-    handler = functools.partial(_SiteHandler, directory=str(site), idle_timeout_s=idle_timeout_s)
+    handler = functools.partial(_SiteHandler, directory=str(site), idle_timeout_s=_check_idle_timeout(idle_timeout_s))
     server_class = _V6SiteServer if ":" in address else _SiteServer
     return server_class((address, port), handler)
 
@@ -241,19 +229,12 @@ def url_of(server: ThreadingHTTPServer) -> str:
 
 
 @contextmanager
-def serving(
-    html_dir: str | os.PathLike[str],
-    port: int = 0,
-    host: str = DEFAULT_HOST,
-    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
-) -> Iterator[str]:
+def serving(html_dir: str | os.PathLike[str], port: int = 0, host: str = DEFAULT_HOST,
+            idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S) -> Iterator[str]:
     """Serve ``html_dir`` in a background thread for the duration of a ``with`` block.
 
     Args:
-        html_dir: the site folder.
-        port: the TCP port; 0 picks a free one.
-        host: a loopback address.
-        idle_timeout_s: seconds a silent connection is kept open (> 0).
+        html_dir, port, host, idle_timeout_s: as `make_server`'s.
 
     Yields:
         The site's URL, e.g. ``"http://127.0.0.1:43817/"``.
@@ -269,19 +250,12 @@ def serving(
         thread.join()
 
 
-def serve(
-    html_dir: str | os.PathLike[str],
-    port: int = 0,
-    host: str = DEFAULT_HOST,
-    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
-) -> None:
+def serve(html_dir: str | os.PathLike[str], port: int = 0, host: str = DEFAULT_HOST,
+          idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S) -> None:
     """Serve ``html_dir`` until interrupted (Ctrl-C), printing the URL first.
 
     Args:
-        html_dir: the site folder.
-        port: the TCP port; 0 picks a free one.
-        host: a loopback address.
-        idle_timeout_s: seconds a silent connection is kept open (> 0).
+        html_dir, port, host, idle_timeout_s: as `make_server`'s.
     """
     server = make_server(html_dir, port=port, host=host, idle_timeout_s=idle_timeout_s)
     print(f"serving {Path(html_dir).resolve()} at {url_of(server)} (loopback only; Ctrl-C stops)", flush=True)
@@ -299,13 +273,8 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("html_dir", nargs="?", default="html", help="the site folder (default: html)")
     parser.add_argument("--port", type=int, default=8080, help="TCP port; 0 picks a free one (default: 8080)")
     parser.add_argument("--host", default=DEFAULT_HOST, help="loopback address to bind (default: 127.0.0.1)")
-    parser.add_argument(
-        "--idle-timeout",
-        type=float,
-        default=DEFAULT_IDLE_TIMEOUT_S,
-        metavar="SECONDS",
-        help=f"close a connection silent this long (default: {DEFAULT_IDLE_TIMEOUT_S:g})",
-    )
+    parser.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT_S, metavar="SECONDS",
+                        help=f"close a connection silent this long (default: {DEFAULT_IDLE_TIMEOUT_S:g})")
     args = parser.parse_args(None if argv is None else list(argv))
     try:
         serve(args.html_dir, port=args.port, host=args.host, idle_timeout_s=args.idle_timeout)
