@@ -7,16 +7,15 @@ probe therefore asks `cuda_unavailable_reason()` before it touches anything else
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from pitfalls._checks import check_callable, check_int_at_least
 from pitfalls.result import Unavailable
 
-__all__ = ["NO_CUDA_BUILD", "NO_CUDA_DEVICE", "cuda_module", "cuda_unavailable_reason", "is_cuda_device"]
-
-NO_CUDA_BUILD = "no CUDA device: torch built without CUDA"
-NO_CUDA_DEVICE = "no CUDA device"
+__all__ = ["cuda_unavailable_reason", "is_cuda_device", "warmed_cuda"]
 
 
 def cuda_unavailable_reason() -> str | None:
@@ -26,19 +25,33 @@ def cuda_unavailable_reason() -> str | None:
         "no CUDA device: torch built without CUDA", "no CUDA device", or None.
     """
     if not torch.backends.cuda.is_built():
-        return NO_CUDA_BUILD
-    if not torch.cuda.is_available():
-        return NO_CUDA_DEVICE
-    return None
+        return "no CUDA device: torch built without CUDA"
+    return None if torch.cuda.is_available() else "no CUDA device"
 
 
-def cuda_module(cuda: Any = None) -> Any:
-    """The `torch.cuda`-like module a CUDA probe uses: the one given (tests pass a fake), else `torch.cuda` when
-    it can be used here, else `Unavailable` with the reason."""
-    if cuda is not None:
-        return cuda
-    reason = cuda_unavailable_reason()
-    return torch.cuda if reason is None else Unavailable(reason)
+def warmed_cuda(fn: Callable[[], object], calls: int, warmup: int, cuda: Any = None) -> Any:
+    """Check a CUDA probe's arguments, find its `torch.cuda`-like module and run ``warmup`` untimed calls of ``fn``.
+
+    Args:
+        fn: the zero-argument callable the probe measures.
+        calls: the calls it will measure (>= 1).
+        warmup: untimed calls to run now (>= 0).
+        cuda: the module to use (tests pass a fake); None means `torch.cuda` when it can be used here.
+
+    Returns:
+        The module, after the warm-up calls, or `Unavailable` with the reason (then nothing was called).
+    """
+    check_callable("fn", fn)
+    check_int_at_least("calls", calls, 1)
+    check_int_at_least("warmup", warmup, 0)
+    if cuda is None:
+        reason = cuda_unavailable_reason()
+        if reason is not None:
+            return Unavailable(reason)
+        cuda = torch.cuda
+    for _ in range(warmup):
+        fn()
+    return cuda
 
 
 def is_cuda_device(device: torch.device | str | None) -> bool:
@@ -50,6 +63,4 @@ def is_cuda_device(device: torch.device | str | None) -> bool:
     Returns:
         True for a CUDA device.
     """
-    if device is None:
-        return False
-    return torch.device(device).type == "cuda"
+    return device is not None and torch.device(device).type == "cuda"

@@ -35,6 +35,7 @@ import torch
 
 from pitfalls._checks import check_callable
 from pitfalls.probes.sites import is_user_file
+from pitfalls.probes.timing import no_sync, timed_call
 from pitfalls.result import Unavailable
 
 __all__ = [
@@ -190,10 +191,6 @@ def _config() -> tuple[tuple[str, Any], ...]:
     names = ("automatic_dynamic_shapes", "assume_static_by_default", "recompile_limit", "cache_size_limit",
              "capture_scalar_outputs", "capture_dynamic_output_shape_ops")
     return tuple((n, getattr(cfg, n)) for n in names if hasattr(cfg, n))
-
-
-def _no_sync() -> None:
-    return None
 
 
 def reset_dynamo() -> None:
@@ -405,7 +402,7 @@ class FirstCall:
 def first_call(
     call: Callable[[], object],
     *,
-    sync: Callable[[], object] = _no_sync,
+    sync: Callable[[], object] = no_sync,
     clock: Callable[[], float] = time.perf_counter,
 ) -> FirstCall:
     """Reset dynamo, then time the first call of an already torch.compile-wrapped callable and count its graphs.
@@ -421,11 +418,7 @@ def first_call(
     check_callable("call", call)
     reset_dynamo()
     with CompileWatch(lines=False) as watch:
-        sync()
-        start = clock()
-        call()
-        sync()
-        seconds = clock() - start
+        seconds = timed_call(call, sync=sync, clock=clock)
     graphs = watch.graphs
     return FirstCall(seconds=seconds, graphs=graphs, graph_breaks=max(graphs - 1, 0), breaks=watch.break_reasons)
 
@@ -438,7 +431,7 @@ def compile_probe(
     dynamic: bool | None = None,
     backend: str | Callable[..., object] = "inductor",
     steady_calls: int = 5,
-    sync: Callable[[], object] = _no_sync,
+    sync: Callable[[], object] = no_sync,
     clock: Callable[[], float] = time.perf_counter,
 ) -> CompileReport:
     """Compile `fn` afresh and measure compile time, steady-state time, graph breaks and recompiles.
@@ -469,19 +462,12 @@ def compile_probe(
     name = _backend_name(backend)
 
     compiled = torch.compile(fn, backend=backend, dynamic=dynamic)
-
-    def timed(inputs: Sequence[object]) -> float:
-        sync()
-        start = clock()
-        compiled(*inputs)
-        sync()
-        return clock() - start
-
     first_inputs = tuple(make_inputs(sizes[0]))
     first = first_call(lambda: compiled(*first_inputs), sync=sync, clock=clock)
     with CompileWatch(lines=False) as later:
-        steady_s = statistics.median(timed(first_inputs) for _ in range(steady_calls))
-        sweep_times = tuple(timed(tuple(make_inputs(size))) for size in sizes[1:])
+        steady_s = statistics.median(timed_call(compiled, *first_inputs, sync=sync, clock=clock)
+                                     for _ in range(steady_calls))
+        sweep_times = tuple(timed_call(compiled, *make_inputs(size), sync=sync, clock=clock) for size in sizes[1:])
     recompiles = later.recompiles
     return CompileReport(
         backend=name,

@@ -7,16 +7,16 @@ compiles. Figures that do not apply or cannot be measured here are `Unavailable`
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from pitfalls._checks import check_callable
 from pitfalls.devices import synchronize
-from pitfalls.family import ALL_FIGURES, CUDA, HAZARDS, NVML, SPEEDUP
+from pitfalls.family import ALL_FIGURES, CUDA, HAZARDS, NVML, SPEEDUP, Case
 from pitfalls.probes._cuda import cuda_unavailable_reason, is_cuda_device
 from pitfalls.probes.compiled import compile_failure_reason, first_call
 from pitfalls.probes.nvml import MetricSummary, NvmlSummary, nvml_unavailable_reason, nvml_windows
@@ -29,27 +29,10 @@ from pitfalls.units import MIB
 if TYPE_CHECKING:
     from rich.table import Table
 
-__all__ = ["CaseLike", "ProbeFigure", "probe_case", "render"]
+__all__ = ["ProbeFigure", "probe_case", "render"]
 
 # Steady-state blocks timed for the time per call of a case with workers, queues or ranks.
 TIME_BLOCKS = 5
-
-
-class CaseLike(Protocol):
-    """What the probes need of a `pitfalls.cases.Case`."""
-
-    @property
-    def family(self) -> str: ...
-    @property
-    def variant(self) -> str: ...
-    @property
-    def device(self) -> torch.device: ...
-    @property
-    def compiled(self) -> bool: ...
-    @property
-    def params(self) -> Mapping[str, Any]: ...
-
-    def __call__(self) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -75,12 +58,12 @@ def _check_positive(name: str, value: object, kind: type) -> None:
         raise ValueError(f"{name} must be {'a number' if kind is float else 'an int'} > 0, got {value!r}")
 
 
-def _not_on_cuda(case: CaseLike) -> Unavailable:
+def _not_on_cuda(case: Case) -> Unavailable:
     reason = cuda_unavailable_reason()
     return Unavailable(reason if reason is not None else f"case runs on {case.device}")
 
 
-def _compile_figures(case: CaseLike, sync: Callable[[], None]) -> list[ProbeFigure]:
+def _compile_figures(case: Case, sync: Callable[[], None]) -> list[ProbeFigure]:
     first = first_call(case, sync=sync)
     reasons = "; ".join(
         f"{b.reason} [{b.context}] x{b.count}" if b.context else f"{b.reason} x{b.count}" for b in first.breaks
@@ -92,7 +75,7 @@ def _compile_figures(case: CaseLike, sync: Callable[[], None]) -> list[ProbeFigu
     ]
 
 
-def _hazard_figures(case: CaseLike) -> list[ProbeFigure]:
+def _hazard_figures(case: Case) -> list[ProbeFigure]:
     counts = count_hazards(case)
     note = "ops that would make the host wait for the device; eager program"
     if case.compiled:
@@ -102,39 +85,36 @@ def _hazard_figures(case: CaseLike) -> list[ProbeFigure]:
     return figures
 
 
-def _nvml_figures(case: CaseLike, seconds: float, nvml: Any, sync: Callable[[], None]) -> list[ProbeFigure]:
-    names = [
-        ("GPU busy (NVML utilization, sampled)", "%", "mean; share of time any kernel ran, not SM occupancy"),
-        ("GPU busy (NVML driver samples)", "%", "mean of the driver's own samples in the window"),
-        ("GPU memory used (NVML)", "MiB", "max, all processes"),
-        ("GPU power (NVML)", "W", "mean"),
-        ("SM clock (NVML)", "MHz", "mean"),
-    ]
+# Each NVML figure: its name, unit and note, and the `NvmlSummary` field and statistic it reads.
+_NVML_FIGURES = (
+    ("GPU busy (NVML utilization, sampled)", "%", "mean; share of time any kernel ran, not SM occupancy",
+     "utilization_pct", "mean"),
+    ("GPU busy (NVML driver samples)", "%", "mean of the driver's own samples in the window",
+     "nvml_utilization_pct", "mean"),
+    ("GPU memory used (NVML)", "MiB", "max, all processes", "memory_used_mib", "max"),
+    ("GPU power (NVML)", "W", "mean", "power_w", "mean"),
+    ("SM clock (NVML)", "MHz", "mean", "sm_clock_mhz", "mean"),
+)
+
+
+def _nvml_figures(case: Case, seconds: float, nvml: Any, sync: Callable[[], None]) -> list[ProbeFigure]:
     if not is_cuda_device(case.device):
         # Say what stops NVML on this machine first: that is what a user must fix to get these figures.
-        reason = nvml_unavailable_reason(nvml) or f"case runs on {case.device}"
-        return [ProbeFigure(name, Unavailable(reason), unit, note) for name, unit, note in names]
-    [s] = nvml_windows(case, [case.device], seconds, nvml=nvml, sync=sync)
+        s: NvmlSummary | Unavailable = Unavailable(nvml_unavailable_reason(nvml) or f"case runs on {case.device}")
+    else:
+        [s] = nvml_windows(case, [case.device], seconds, nvml=nvml, sync=sync)
     if not isinstance(s, NvmlSummary):
-        return [ProbeFigure(name, s, unit, note) for name, unit, note in names]
-    def pick(metric: MetricSummary | Unavailable, stat: str) -> float | Unavailable:
-        return metric if isinstance(metric, Unavailable) else getattr(metric, stat)
-
-    metrics = [
-        pick(s.utilization_pct, "mean"),
-        pick(s.nvml_utilization_pct, "mean"),
-        pick(s.memory_used_mib, "max"),
-        pick(s.power_w, "mean"),
-        pick(s.sm_clock_mhz, "mean"),
-    ]
+        return [ProbeFigure(name, s, unit, note) for name, unit, note, _, _ in _NVML_FIGURES]
     extra = f"; {s.failure}" if s.failure else ""
-    return [
-        ProbeFigure(name, value, unit, note + extra)
-        for (name, unit, note), value in zip(names, metrics, strict=True)
-    ]
+    figures = []
+    for name, unit, note, metric_name, stat in _NVML_FIGURES:
+        metric: MetricSummary | Unavailable = getattr(s, metric_name)
+        value = metric if isinstance(metric, Unavailable) else getattr(metric, stat)
+        figures.append(ProbeFigure(name, value, unit, note + extra))
+    return figures
 
 
-def _peak_memory(case: CaseLike) -> ProbeFigure:
+def _peak_memory(case: Case) -> ProbeFigure:
     name, unit = "CUDA max memory allocated", "MiB"
     if not is_cuda_device(case.device):
         return ProbeFigure(name, _not_on_cuda(case), unit)
@@ -144,12 +124,7 @@ def _peak_memory(case: CaseLike) -> ProbeFigure:
     return ProbeFigure(name, torch.cuda.max_memory_allocated(case.device) / MIB, unit, "one call, this process")
 
 
-def _has_block(case: CaseLike) -> bool:
-    """Whether a case has workers, queues or ranks, timed by its own steady-state blocks (`pitfalls.Case.block`)."""
-    return getattr(case, "block", None) is not None
-
-
-def _speedup(case: CaseLike, other: CaseLike, rounds: int, sync: Callable[[], None]) -> ProbeFigure:
+def _speedup(case: Case, other: Case, rounds: int, sync: Callable[[], None]) -> ProbeFigure:
     name = f"speedup over {other.variant}"
     try:
         speedup = case_speedup(other, case, rounds=rounds, sync=sync)
@@ -157,7 +132,7 @@ def _speedup(case: CaseLike, other: CaseLike, rounds: int, sync: Callable[[], No
         # The case itself compiled already (first call above), so this is the baseline failing to compile: a
         # fact about torch on this machine worth reporting, not a reason to lose every other figure.
         return ProbeFigure(name, Unavailable(f"{other.variant}: {compile_failure_reason(err)}"), "x")
-    if _has_block(case) and _has_block(other):
+    if getattr(case, "block", None) is not None and getattr(other, "block", None) is not None:
         note = f"{other.variant} time / this time, median of {speedup.rounds} steady-state block pairs, one live"
     else:
         note = f"{other.variant} time / this time, median of {rounds} interleaved rounds"
@@ -167,9 +142,9 @@ def _speedup(case: CaseLike, other: CaseLike, rounds: int, sync: Callable[[], No
 
 
 def probe_case(
-    case: CaseLike,
+    case: Case,
     *,
-    baseline_case: CaseLike,
+    baseline_case: Case,
     applies: frozenset[str] = ALL_FIGURES,
     trace_path: str | Path | None = None,
     rounds: int = 10,
@@ -253,18 +228,6 @@ def probe_case(
     return figures
 
 
-def _format(value: float | int | str | Unavailable) -> str:
-    if isinstance(value, Unavailable):
-        return str(value)
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
 def render(figures: list[ProbeFigure], *, title: str | None = None) -> Table:
     """Lay figures out as a rich table; an unavailable figure reads "unavailable: <reason>".
 
@@ -286,5 +249,6 @@ def render(figures: list[ProbeFigure], *, title: str | None = None) -> Table:
     table.add_column("note", overflow="fold")
     for f in figures:
         style = "dim" if isinstance(f.value, Unavailable) else None
-        table.add_row(f.name, _format(f.value), f.unit, f.note, style=style)
+        table.add_row(f.name, f"{f.value:.4g}" if isinstance(f.value, float) else str(f.value), f.unit, f.note,
+                      style=style)
     return table

@@ -55,8 +55,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pitfalls._checks import check_callable, check_int_at_least
-from pitfalls.probes._cuda import cuda_module
+from pitfalls._checks import check_callable
+from pitfalls.probes._cuda import warmed_cuda
 from pitfalls.probes.hostcopy import HostCopyMode, Provenance, eager_stance
 from pitfalls.result import Unavailable
 
@@ -448,14 +448,9 @@ def count_cuda_syncs(
     Returns:
         A `SyncCount`, or `Unavailable("no CUDA device")` / `Unavailable("no CUDA device: torch built without CUDA")`.
     """
-    check_callable("fn", fn)
-    check_int_at_least("calls", calls, 1)
-    check_int_at_least("warmup", warmup, 0)
-    cuda = cuda_module(cuda)
+    cuda = warmed_cuda(fn, calls, warmup, cuda)
     if isinstance(cuda, Unavailable):
         return cuda
-    for _ in range(warmup):
-        fn()
     cuda.synchronize()
     previous = cuda.get_sync_debug_mode()
     with warnings.catch_warnings(record=True) as caught:

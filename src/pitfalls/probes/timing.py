@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from pitfalls._checks import check_callable, check_int_at_least
-from pitfalls.probes._cuda import cuda_module
+from pitfalls.probes._cuda import warmed_cuda
 from pitfalls.result import Unavailable
 
 __all__ = [
@@ -27,6 +27,8 @@ __all__ = [
     "case_speedup",
     "cuda_event_time",
     "interleaved_speedup",
+    "no_sync",
+    "timed_call",
     "wall_time",
 ]
 
@@ -126,14 +128,9 @@ def cuda_event_time(
         A `CudaEventTiming`, or `Unavailable` with the reason ("no CUDA device", "no CUDA device: torch built
         without CUDA").
     """
-    check_callable("fn", fn)
-    check_int_at_least("calls", calls, 1)
-    check_int_at_least("warmup", warmup, 0)
-    cuda = cuda_module(cuda)
+    cuda = warmed_cuda(fn, calls, warmup, cuda)
     if isinstance(cuda, Unavailable):
         return cuda
-    for _ in range(warmup):
-        fn()
     pairs = []
     for _ in range(calls):
         start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
@@ -166,8 +163,18 @@ class Speedup:
     rounds: int
 
 
-def _no_sync() -> None:
-    return None
+def no_sync() -> None:
+    """Wait for nothing: the `sync` of a timing whose work is all on the host."""
+
+
+def timed_call(fn: Callable[..., object], *args: object, sync: Callable[[], object],
+               clock: Callable[[], float]) -> float:
+    """Seconds of one call ``fn(*args)``, with ``sync()`` before each clock reading so device work is inside."""
+    sync()
+    start = clock()
+    fn(*args)
+    sync()
+    return clock() - start
 
 
 def interleaved_speedup(
@@ -177,7 +184,7 @@ def interleaved_speedup(
     rounds: int = 10,
     warmup: int = 1,
     clock: Callable[[], float] = time.perf_counter,
-    sync: Callable[[], object] = _no_sync,
+    sync: Callable[[], object] = no_sync,
 ) -> Speedup:
     """Time baseline and candidate alternately (A B A B ...) in one process and compare them round by round.
 
@@ -205,17 +212,10 @@ def interleaved_speedup(
         baseline()
         candidate()
 
-    def timed(fn: Callable[[], object]) -> float:
-        sync()
-        start = clock()
-        fn()
-        sync()
-        return clock() - start
-
     pairs = []
     for i in range(rounds):
-        b = timed(baseline)
-        c = timed(candidate)
+        b = timed_call(baseline, sync=sync, clock=clock)
+        c = timed_call(candidate, sync=sync, clock=clock)
         if b <= 0 or c <= 0:
             raise ValueError(
                 f"clock reported a non-positive duration in round {i} (baseline {b!r} s, candidate {c!r} s); "
@@ -301,7 +301,7 @@ def case_speedup(
     blocks: int = 5,
     calls: int = 1,
     seconds: float = BLOCKED_SECONDS,
-    sync: Callable[[], object] = _no_sync,
+    sync: Callable[[], object] = no_sync,
 ) -> Speedup:
     """Speedup of one case over another by the suite's one routine, for asv and ``pitfalls probe`` alike.
 
