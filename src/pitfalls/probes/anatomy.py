@@ -131,7 +131,7 @@ def smaller_dtype(values: torch.Tensor) -> tuple[torch.dtype, str]:
                              "table per channel on the device")
     for dtype in (torch.bfloat16, torch.float16):
         if dtype.itemsize < values.dtype.itemsize and bool((values.to(dtype).to(values.dtype) == values).all()):
-            return dtype, f"every value survives a round trip through {str(dtype).removeprefix('torch.')}"
+            return dtype, f"every value survives a round trip through {_name(dtype)}"
     return values.dtype, "already the smallest that holds these values"
 
 

@@ -19,7 +19,7 @@ import torch
 
 from pitfalls import processes
 from pitfalls.probes._cuda import cuda_unavailable_reason
-from pitfalls.probes.nvml import nvml_error_reason
+from pitfalls.probes.nvml import nvml_query
 from pitfalls.result import Unavailable
 
 __all__ = ["environment"]
@@ -71,22 +71,9 @@ def _commit(checkout: Path, environ: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _driver(nvml: Any) -> str:
-    if nvml is None:
-        try:
-            import pynvml
-        except ImportError:
-            return str(Unavailable("nvidia-ml-py (pynvml) not installed"))
-        nvml = pynvml
-    try:
-        nvml.nvmlInit()
-    except nvml.NVMLError as err:
-        return str(Unavailable(nvml_error_reason(nvml, err)))
-    try:
-        version = nvml.nvmlSystemGetDriverVersion()
-    except nvml.NVMLError as err:
-        return str(Unavailable(nvml_error_reason(nvml, err)))
-    finally:
-        nvml.nvmlShutdown()
+    version = nvml_query(lambda n: n.nvmlSystemGetDriverVersion(), nvml)
+    if isinstance(version, Unavailable):
+        return str(version)
     return version.decode() if isinstance(version, bytes) else str(version)
 
 

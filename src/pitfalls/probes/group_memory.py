@@ -37,7 +37,6 @@ __all__ = [
     "GroupMemory",
     "GroupMemorySampler",
     "MemberSample",
-    "ProcessPeak",
     "cgroup_peak",
     "group_members",
     "members_named",
@@ -53,7 +52,7 @@ SEMAPHORE_PREFIX = "/dev/shm/sem."
 
 @dataclass(frozen=True)
 class MemberSample:
-    """One process's memory at one sample, bytes.
+    """One process's memory, bytes: at one sample, or its peaks over a window (each field's own).
 
     Attributes:
         pid: the process id.
@@ -62,17 +61,6 @@ class MemberSample:
         uss: unique set size (pages no other process maps).
         pss: proportional set size (shared pages divided among their sharers).
     """
-
-    pid: int
-    name: str
-    rss: int
-    uss: int
-    pss: int
-
-
-@dataclass(frozen=True)
-class ProcessPeak:
-    """The largest memory one process showed over the window, bytes (each field's own peak)."""
 
     pid: int
     name: str
@@ -116,7 +104,7 @@ class GroupMemory:
         cgroup: the cgroup's peak, or `Unavailable` with the reason.
     """
 
-    processes: tuple[ProcessPeak, ...]
+    processes: tuple[MemberSample, ...]
     peak_rss: int
     peak_uss: int
     peak_pss: int
@@ -300,7 +288,7 @@ class GroupMemorySampler:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._peaks: dict[int, ProcessPeak] = {}
+        self._peaks: dict[int, MemberSample] = {}
         self._sums = [0, 0, 0, 0]  # peak rss, uss, pss, shm
         self._baseline: tuple[int, int, int, int] | None = None
         self._most = 0
@@ -323,7 +311,7 @@ class GroupMemorySampler:
         with self._lock:
             for m in members:
                 old = self._peaks.get(m.pid)
-                self._peaks[m.pid] = ProcessPeak(m.pid, m.name, m.rss, m.uss, m.pss) if old is None else ProcessPeak(
+                self._peaks[m.pid] = m if old is None else MemberSample(
                     m.pid, m.name, max(old.rss, m.rss), max(old.uss, m.uss), max(old.pss, m.pss))
             self._sums = [max(a, b) for a, b in zip(self._sums, sums, strict=True)]
             if self._baseline is None:
@@ -361,7 +349,7 @@ class GroupMemorySampler:
             cgroup = CgroupPeak(path=start[0], start=start[1], end=end[1])
         base = self._baseline or (0, 0, 0, 0)
         return GroupMemory(
-            processes=tuple(ProcessPeak(p.pid, p.name, p.rss, p.uss, p.pss) for p in self._peaks.values()),
+            processes=tuple(self._peaks.values()),
             peak_rss=self._sums[0], peak_uss=self._sums[1], peak_pss=self._sums[2], peak_shm=self._sums[3],
             baseline_rss=base[0], baseline_uss=base[1], baseline_pss=base[2], baseline_shm=base[3],
             peak_processes=self._most, samples=self._samples, interval_s=self.interval_s, cgroup=cgroup,

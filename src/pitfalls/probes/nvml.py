@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType, TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -37,6 +37,7 @@ __all__ = [
     "NvmlSummary",
     "NvmlTarget",
     "nvml_error_reason",
+    "nvml_query",
     "nvml_target",
     "nvml_unavailable_reason",
     "nvml_windows",
@@ -45,7 +46,14 @@ __all__ = [
 # Seconds the sampler waits for NVML when a block starts and ends; nvmlInit alone can take seconds on a machine
 # whose GPUs are not kept initialised (no persistence mode), so this is generous.
 DEFAULT_TIMEOUT_S = 10.0
-_METRICS = ("utilization_pct", "memory_used_mib", "power_w", "sm_clock_mhz")
+# Each metric the sampler reads: its unit, and how it is read from a device handle.
+_METRICS: dict[str, tuple[str, Callable[[Any, Any], float]]] = {
+    "utilization_pct": ("%", lambda nvml, h: float(nvml.nvmlDeviceGetUtilizationRates(h).gpu)),
+    "memory_used_mib": ("MiB", lambda nvml, h: nvml.nvmlDeviceGetMemoryInfo(h).used / MIB),
+    "power_w": ("W", lambda nvml, h: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0),
+    "sm_clock_mhz": ("MHz", lambda nvml, h: float(nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))),
+}
+T = TypeVar("T")
 # NVML errors that mean the GPU or the driver is gone: one of them ends a window whichever metric raised it.
 _FATAL_ERRORS = ("NVMLError_GpuIsLost", "NVMLError_DriverNotLoaded", "NVMLError_Uninitialized",
                  "NVMLError_LibraryNotFound", "NVMLError_ResetRequired")
@@ -237,6 +245,31 @@ def _import_nvml() -> ModuleType | Unavailable:
     return pynvml
 
 
+def nvml_query(read: Callable[[Any], T], nvml: ModuleType | Any | None = None) -> T | Unavailable:
+    """Initialise NVML, read one thing and shut NVML down again.
+
+    Args:
+        read: ``read(nvml) -> value``, between nvmlInit and nvmlShutdown.
+        nvml: the NVML binding module; None imports pynvml. Tests pass a fake.
+
+    Returns:
+        The value read, or `Unavailable` with the reason, e.g. "NVML library not found".
+    """
+    nvml = nvml if nvml is not None else _import_nvml()
+    if isinstance(nvml, Unavailable):
+        return nvml
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as err:
+        return Unavailable(nvml_error_reason(nvml, err))
+    try:
+        return read(nvml)
+    except nvml.NVMLError as err:
+        return Unavailable(nvml_error_reason(nvml, err))
+    finally:
+        nvml.nvmlShutdown()
+
+
 def nvml_unavailable_reason(nvml: ModuleType | Any | None = None) -> str | None:
     """Say why NVML cannot be used on this machine, or None when it can (it is initialised and shut down once).
 
@@ -246,24 +279,13 @@ def nvml_unavailable_reason(nvml: ModuleType | Any | None = None) -> str | None:
     Returns:
         E.g. "NVML library not found", or None.
     """
-    nvml = nvml if nvml is not None else _import_nvml()
-    if isinstance(nvml, Unavailable):
-        return nvml.reason
-    try:
-        nvml.nvmlInit()
-    except nvml.NVMLError as err:
-        return nvml_error_reason(nvml, err)
-    nvml.nvmlShutdown()
-    return None
+    done = nvml_query(lambda _: None, nvml)
+    return done.reason if isinstance(done, Unavailable) else None
 
 
 class _Window:
-    """One `with` block's NVML session, owned by its sampling thread from nvmlInit to nvmlShutdown.
-
-    Every NVML call happens on that thread, so a call that never returns holds only the thread, never the code
-    being measured; the sampler waits for it with a timeout and gives up on it. The thread shuts NVML down on
-    every path after a successful nvmlInit, when its last call returns.
-    """
+    """One `with` block's NVML session, owned by its sampling thread from nvmlInit to nvmlShutdown (on every path,
+    when its last call returns)."""
 
     def __init__(self, nvml: Any, target: NvmlTarget, interval_s: float, start_us: int) -> None:
         self.nvml = nvml
@@ -302,9 +324,8 @@ class _Window:
             self.opened.set()
             if self.abandoned:
                 return
-            readers = _readers(nvml, handle)
             while not self.stop.is_set():
-                self._sample_once(readers)
+                self._sample_once(handle)
                 if self.failure is not None:
                     # The driver buffer is not read from a device that just failed; NVML is shut down at once.
                     self.driver = Unavailable(self.failure)
@@ -321,13 +342,13 @@ class _Window:
                 with contextlib.suppress(nvml.NVMLError):
                     nvml.nvmlShutdown()
 
-    def _sample_once(self, readers: dict[str, Callable[[], float]]) -> None:
+    def _sample_once(self, handle: Any) -> None:
         nvml = self.nvml
-        for metric, read in readers.items():
+        for metric, (_, read) in _METRICS.items():
             if metric in self.disabled:
                 continue
             try:
-                self.values[metric].append(read())
+                self.values[metric].append(read(nvml, handle))
             except nvml.NVMLError as err:
                 reason = nvml_error_reason(nvml, err)
                 if not _is_fatal(nvml, err) and (_is_a(nvml, err, "NVMLError_NotSupported")
@@ -362,24 +383,15 @@ class _Window:
             return Unavailable("no driver utilization samples in the window")
         return _summary(values, "%")
 
-    def metric(self, metric: str, unit: str) -> MetricSummary | Unavailable:
+    def metric(self, metric: str) -> MetricSummary | Unavailable:
         values = self.values[metric]
         if values:
-            return _summary(values, unit)
+            return _summary(values, _METRICS[metric][0])
         if metric in self.disabled:
             return Unavailable(self.disabled[metric])
         if self.failure is not None:
             return Unavailable(self.failure)
         return Unavailable("no samples taken")
-
-
-def _readers(nvml: Any, h: Any) -> dict[str, Callable[[], float]]:
-    return {
-        "utilization_pct": lambda: float(nvml.nvmlDeviceGetUtilizationRates(h).gpu),
-        "memory_used_mib": lambda: nvml.nvmlDeviceGetMemoryInfo(h).used / MIB,
-        "power_w": lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
-        "sm_clock_mhz": lambda: float(nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM)),
-    }
 
 
 class NvmlSampler:
@@ -395,7 +407,6 @@ class NvmlSampler:
             after it makes `summary` `Unavailable("NVML call did not return within N s")`.
 
     The block's code runs whatever NVML does; if NVML is missing, `summary` is an `Unavailable` with the reason.
-    Every NVML call is made on the sampling thread, so a call that hangs never hangs the block or its exit.
     """
 
     def __init__(
@@ -487,10 +498,10 @@ class NvmlSampler:
             target=str(self._target),
             duration_s=end - self._start,
             interval_s=self._interval,
-            utilization_pct=window.metric("utilization_pct", "%"),
-            memory_used_mib=window.metric("memory_used_mib", "MiB"),
-            power_w=window.metric("power_w", "W"),
-            sm_clock_mhz=window.metric("sm_clock_mhz", "MHz"),
+            utilization_pct=window.metric("utilization_pct"),
+            memory_used_mib=window.metric("memory_used_mib"),
+            power_w=window.metric("power_w"),
+            sm_clock_mhz=window.metric("sm_clock_mhz"),
             nvml_utilization_pct=window.driver,
             failure=window.failure,
         )

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,12 +158,6 @@ class ColdRead:
         return self.cold_s / self.warm_s
 
 
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
 def cold_read_cost(paths: list[Path], rounds: int = 5) -> ColdRead:
     """Time reading ``paths`` cold, then warm, ``rounds`` times interleaved.
 
@@ -188,4 +183,4 @@ def cold_read_cost(paths: list[Path], rounds: int = 5) -> ColdRead:
         for path in paths:
             Path(path).read_bytes()
         warm.append(time.perf_counter() - started)
-    return ColdRead(_median(cold), _median(warm), len(paths), nbytes, rounds, left)
+    return ColdRead(statistics.median(cold), statistics.median(warm), len(paths), nbytes, rounds, left)

@@ -101,11 +101,6 @@ class SourceLine:
     function: str
     code: str
 
-    @property
-    def where(self) -> str:
-        """`path:lineno`."""
-        return f"{self.path}:{self.lineno}"
-
     def short_where(self, base: str | Path | None = None) -> str:
         """`path:lineno` with the path relative to `base` (default: the working folder) when it lies inside it."""
         folder = Path(base) if base is not None else Path.cwd()
@@ -288,15 +283,13 @@ class HazardLocator:
     """Count sync hazards like `SyncHazardCounter`, and remember the user's source line of each.
 
     Args:
-        label_ranges: also wrap each hazard call in a profiler range, as `SyncHazardCounter` does.
         provenance: the host-made tensors known so far, as `SyncHazardCounter` takes them.
 
     Use `.result` after the block. Autograd anomaly mode (without its NaN check) is on inside the block, so
     that backward hazards can be traced to their forward line; it costs time, not syncs.
     """
 
-    def __init__(self, *, label_ranges: bool = False, provenance: Provenance | None = None) -> None:
-        self._label_ranges = bool(label_ranges)
+    def __init__(self, *, provenance: Provenance | None = None) -> None:
         self._provenance = provenance
         self._sites: Counter[tuple[str, _Key | None, bool, tuple[_Key, ...]]] = Counter()
         self._counter: SyncHazardCounter | None = None
@@ -307,10 +300,7 @@ class HazardLocator:
         with contextlib.ExitStack() as stack:
             # set_detect_anomaly switches the mode on when built, and back to the previous mode on exit.
             stack.enter_context(torch.autograd.set_detect_anomaly(True, check_nan=False))
-            self._counter = stack.enter_context(
-                SyncHazardCounter(label_ranges=self._label_ranges, on_hazard=self._record,
-                                  provenance=self._provenance)
-            )
+            self._counter = stack.enter_context(SyncHazardCounter(on_hazard=self._record, provenance=self._provenance))
             self._stack = stack.pop_all()  # both stay on past this block; a failure above undoes the first
         return self
 

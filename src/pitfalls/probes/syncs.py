@@ -94,16 +94,11 @@ _INDEX_PUT_OPS = frozenset(
 )
 
 
-def _mask_count(indices: object) -> int:
-    # Advanced indexing passes a list with one entry per indexed dimension; None marks a dimension taken whole.
-    if not isinstance(indices, (list, tuple)):
-        return 0
-    return sum(1 for i in indices if isinstance(i, torch.Tensor) and i.dtype in _MASK_DTYPES)
-
-
 def _mask_reason(indices: object) -> str | None:
+    # Advanced indexing passes a list with one entry per indexed dimension; None marks a dimension taken whole.
     # ATen's expandTensors turns each mask into long indices with its own nonzero: one sync per mask.
-    masks = _mask_count(indices)
+    listed = indices if isinstance(indices, (list, tuple)) else ()
+    masks = sum(1 for i in listed if isinstance(i, torch.Tensor) and i.dtype in _MASK_DTYPES)
     return None if masks == 0 else BOOL_MASK if masks == 1 else f"{masks} {BOOL_MASK}s"
 
 
@@ -175,23 +170,20 @@ def _blocking_copy_direction(name: str, args: tuple, kwargs: Mapping[str, Any]) 
     cudaStreamSynchronize, flagged by the sync debug mode) whichever way it copies.
     """
     if name == "aten._to_copy.default":
-        src, target = args[0], kwargs.get("device")
+        target = kwargs.get("device")
         if target is None or kwargs.get("non_blocking", False):
             return None
-        target_type = torch.device(target).type
-        if _on_accelerator(src) and target_type == "cpu":
-            return "device to host"
-        if _on_cpu(src) and target_type not in ("cpu", "meta"):
-            return "host to device"
-        return None
-    if name == "aten.copy_.default":
-        dst, src = args[0], args[1]
+        src, target_type = args[0], torch.device(target).type
+    elif name == "aten.copy_.default":  # copy_(dst, src): dst is the tensor written
         if _copy_non_blocking(args, kwargs):
             return None
-        if _on_cpu(dst) and _on_accelerator(src):
-            return "device to host"
-        if _on_accelerator(dst) and _on_cpu(src):
-            return "host to device"
+        src, target_type = args[1], args[0].device.type
+    else:
+        return None
+    if _on_accelerator(src) and target_type == "cpu":
+        return "device to host"
+    if _on_cpu(src) and target_type not in ("cpu", "meta"):
+        return "host to device"
     return None
 
 
@@ -302,21 +294,13 @@ class SyncHazardCounter(TorchDispatchMode):
     def __enter__(self) -> SyncHazardCounter:
         self._counter.clear()
         self._provenance = self._kept if self._kept is not None else Provenance()
-        stack = contextlib.ExitStack()
-        stack.enter_context(eager_stance())
-        try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(eager_stance())
             super().__enter__()
-        except BaseException:
-            stack.close()
-            raise
-        stack.callback(super().__exit__, None, None, None)
-        try:
+            stack.callback(super().__exit__, None, None, None)
             # Host copies at the Python API; inside it, the ATen ops of a counted copy stay quiet (one count each).
             stack.enter_context(HostCopyMode(self._provenance, self._hazard))
-        except BaseException:
-            stack.close()
-            raise
-        self._stack = stack
+            self._stack = stack.pop_all()  # all three stay on past this block; a failure above undoes the others
         return self
 
     def __exit__(

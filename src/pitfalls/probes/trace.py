@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from pitfalls._checks import check_callable
+from pitfalls._checks import check_callable, check_int_at_least
 from pitfalls.devices import synchronize
 from pitfalls.probes._cuda import cuda_unavailable_reason, is_cuda_device
 from pitfalls.probes.syncs import HazardCounts, SyncHazardCounter
@@ -34,7 +35,7 @@ PROFILER_NOISE = ("USDT:",)
 
 
 @contextlib.contextmanager
-def quiet_profiler_log(noise: tuple[str, ...] = PROFILER_NOISE) -> Iterator[None]:
+def quiet_profiler_log() -> Iterator[None]:
     """Hold back the profiler's own log lines (written to file descriptor 2 from C++) and pass on the rest.
 
     Everything else written to stderr in the block is written back when it ends, in order.
@@ -51,7 +52,7 @@ def quiet_profiler_log(noise: tuple[str, ...] = PROFILER_NOISE) -> Iterator[None
             os.close(saved)
             held.seek(0)
             kept = [line for line in held.read().decode(errors="replace").splitlines(keepends=True)
-                    if not line.startswith(noise)]
+                    if not line.startswith(PROFILER_NOISE)]
             sys.stderr.write("".join(kept))
             sys.stderr.flush()
 
@@ -96,17 +97,14 @@ def export_trace(
         A `TraceResult`.
     """
     check_callable("fn", fn)
-    for name, value, minimum in (("steps", steps, 1), ("warmup", warmup, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    check_int_at_least("steps", steps, 1)
+    check_int_at_least("warmup", warmup, 0)
     target = Path(path)
     if not target.parent.is_dir():
         raise ValueError(f"path={str(target)!r} is in a folder that does not exist")
     activities = [ProfilerActivity.CPU]
-    names = ["CPU"]
     if is_cuda_device(device) or (device is None and cuda_unavailable_reason() is None):
         activities.append(ProfilerActivity.CUDA)
-        names.append("CUDA")
 
     for _ in range(warmup):
         fn()
@@ -122,7 +120,7 @@ def export_trace(
     return TraceResult(
         path=target,
         steps=steps,
-        activities=tuple(names),
+        activities=tuple(activity.name for activity in activities),
         hazards=counter.result if counter is not None else None,
     )
 
@@ -138,11 +136,8 @@ def hazard_ranges(path: str | Path) -> dict[str, int]:
     """
     with open(path, encoding="utf-8") as f:
         trace = json.load(f)
-    found: dict[str, int] = {}
-    for event in trace.get("traceEvents", []):
-        name = event.get("name", "")
-        # Only the CPU-side range ("user_annotation"); a CUDA trace also mirrors it on the GPU timeline.
-        if name.startswith(HAZARD_RANGE_PREFIX) and event.get("cat") == "user_annotation":
-            label = name[len(HAZARD_RANGE_PREFIX):]
-            found[label] = found.get(label, 0) + 1
-    return found
+    # Only the CPU-side range ("user_annotation"); a CUDA trace also mirrors it on the GPU timeline.
+    return dict(Counter(
+        event["name"].removeprefix(HAZARD_RANGE_PREFIX) for event in trace.get("traceEvents", [])
+        if event.get("name", "").startswith(HAZARD_RANGE_PREFIX) and event.get("cat") == "user_annotation"
+    ))
