@@ -14,10 +14,7 @@ minus one. The `graph_break` counter is not used for the count because dynamo ca
 (it restarts a frame's analysis after a break; the naive loss shows 7 break events for 6 graphs); it only supplies
 reasons. For the same reason a break the log names again at the same line is one break.
 
-What `dynamic=` means (torch 2.11-2.14): None (the default) compiles the first call for its exact sizes; when a
-size changes, dynamo recompiles once with that dimension symbolic ("automatic dynamic"), and later sizes reuse
-that graph. False compiles every new size anew, up to the recompile limit. True makes sizes symbolic from the
-first compile.
+What `dynamic=` means (torch 2.11-2.14) is `dynamic_note`'s to say.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -65,8 +65,8 @@ def _is_host_target(device: object) -> bool:
     return isinstance(device, str) and torch.device(device).type == "cpu"
 
 
-def to_non_blocking(args: tuple, kwargs: dict[str, Any]) -> bool:
-    """The non_blocking argument of a copy call: `Tensor.to`, `Tensor.cuda`, `Tensor.copy_`.
+def to_non_blocking(args: tuple, kwargs: Mapping[str, Any]) -> bool:
+    """The non_blocking argument of a copy call: `Tensor.to`, `Tensor.cuda`, `Tensor.copy_` (and ATen's `copy_`).
 
     Every form takes it as the first bool after the device, dtype, tensor or source (`Tensor.to` takes `copy` as the
     second; torch's own `_parse_to` refuses `copy`, so it cannot read a call that passes it).
@@ -80,8 +80,7 @@ def to_non_blocking(args: tuple, kwargs: dict[str, Any]) -> bool:
     """
     if "non_blocking" in kwargs:
         return bool(kwargs["non_blocking"])
-    flags = [arg for arg in args[1:] if isinstance(arg, bool)]
-    return bool(flags[0]) if flags else False
+    return next((arg for arg in args[1:] if isinstance(arg, bool)), False)
 
 
 class Provenance:

@@ -302,6 +302,7 @@ class _Window:
         self.failure: str | None = None
         self.driver: MetricSummary | Unavailable = Unavailable("no samples taken")
         self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self.run, name="pitfalls-nvml-sampler", daemon=True)
 
     def run(self) -> None:
         nvml = self.nvml
@@ -387,11 +388,7 @@ class _Window:
         values = self.values[metric]
         if values:
             return _summary(values, _METRICS[metric][0])
-        if metric in self.disabled:
-            return Unavailable(self.disabled[metric])
-        if self.failure is not None:
-            return Unavailable(self.failure)
-        return Unavailable("no samples taken")
+        return Unavailable(self.disabled.get(metric) or self.failure or "no samples taken")
 
 
 class NvmlSampler:
@@ -430,14 +427,13 @@ class NvmlSampler:
         self._clock = clock
         self._wall_clock = wall_clock
         self._summary: NvmlSummary | Unavailable | None = None
-        self._thread: threading.Thread | None = None
         self._window: _Window | None = None
         self._unavailable: Unavailable | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
     def __enter__(self) -> NvmlSampler:
-        if self._thread is not None or self._window is not None:
+        if self._window is not None:
             raise RuntimeError("this NvmlSampler is already running; use one `with` block at a time")
         self._summary = None
         self._unavailable = None
@@ -450,20 +446,19 @@ class NvmlSampler:
         self._nvml = nvml
         # A window of its own per block: a thread given up on keeps its own state and stop event.
         window = _Window(nvml, self._target, self._interval, start_us)
-        thread = threading.Thread(target=window.run, name="pitfalls-nvml-sampler", daemon=True)
-        thread.start()
+        window.thread.start()
         if not window.opened.wait(self._timeout):
             window.abandoned = True
             window.stop.set()
             self._unavailable = self._stuck()
             return self
         if window.unavailable is not None or window.error is not None:
-            thread.join(self._timeout)
+            window.thread.join(self._timeout)
             if window.error is not None:
                 raise RuntimeError("the NVML sampling thread failed") from window.error
             self._unavailable = window.unavailable
             return self
-        self._window, self._thread = window, thread
+        self._window = window
         return self
 
     def __exit__(
@@ -472,18 +467,17 @@ class NvmlSampler:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        window, thread = self._window, self._thread
-        self._window = self._thread = None
+        window, self._window = self._window, None
         end = self._clock()
-        if window is None or thread is None:
+        if window is None:
             if self._unavailable is None:
                 raise RuntimeError("this NvmlSampler was not entered; use it in a `with` block")
             self._summary = self._unavailable
             return
         window.end_us = int(self._wall_clock() * 1e6)
         window.stop.set()
-        thread.join(self._timeout)
-        if thread.is_alive():
+        window.thread.join(self._timeout)
+        if window.thread.is_alive():
             # The thread shuts NVML down itself if the call ever returns; its results are not waited for.
             window.abandoned = True
             self._summary = self._stuck()

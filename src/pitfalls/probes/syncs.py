@@ -57,7 +57,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from pitfalls._checks import check_callable
 from pitfalls.probes._cuda import warmed_cuda
-from pitfalls.probes.hostcopy import HostCopyMode, Provenance, eager_stance
+from pitfalls.probes.hostcopy import HostCopyMode, Provenance, eager_stance, to_non_blocking
 from pitfalls.result import Unavailable
 
 __all__ = [
@@ -88,7 +88,6 @@ SYNCS_PER_CALL = {"aten.bincount.default": 2, "aten.repeat_interleave.Tensor": 2
 BOOL_MASK = "bool mask"
 HOST_VALUE = "host value to device"
 _COPY_LABELS = ("(host to device)", "(device to host)")
-_INDEX_OPS = frozenset({"aten.index.Tensor"})
 _INDEX_PUT_OPS = frozenset(
     {"aten.index_put_.default", "aten.index_put.default", "aten._index_put_impl_.default"}
 )
@@ -157,11 +156,6 @@ def _on_cpu(tensor: object) -> bool:
     return isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu"
 
 
-def _copy_non_blocking(args: tuple, kwargs: Mapping[str, Any]) -> bool:
-    """`aten.copy_`'s non_blocking argument."""
-    return bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
-
-
 def _blocking_copy_direction(name: str, args: tuple, kwargs: Mapping[str, Any]) -> str | None:
     """"device to host" or "host to device" for a blocking copy between the CPU and an accelerator, by the devices
     the tensors are on (an accelerator run); None for any other call.
@@ -175,7 +169,7 @@ def _blocking_copy_direction(name: str, args: tuple, kwargs: Mapping[str, Any]) 
             return None
         src, target_type = args[0], torch.device(target).type
     elif name == "aten.copy_.default":  # copy_(dst, src): dst is the tensor written
-        if _copy_non_blocking(args, kwargs):
+        if to_non_blocking(args, kwargs):
             return None
         src, target_type = args[1], args[0].device.type
     else:
@@ -212,7 +206,7 @@ def hazard_label(
     name = str(func)
     if name in _INDEX_PUT_OPS:
         return _index_put_label(name, args, kwargs, value_on_host)
-    if name in _INDEX_OPS:
+    if name == "aten.index.Tensor":
         mask = _mask_reason(args[1] if len(args) > 1 else kwargs.get("indices"))
         return f"{name} ({mask})" if mask else None
     if name == "aten.repeat_interleave.Tensor":
@@ -342,7 +336,7 @@ class SyncHazardCounter(TorchDispatchMode):
         when one side is host-made and the other is not (`x[i] = 3` copies the scalar into one element, `x[:2] =
         torch.tensor(...)` a host tensor into a slice; `value_on_host` says the written value is a host one)."""
         dst, src = args[0], args[1]
-        if _copy_non_blocking(args, kwargs):
+        if to_non_blocking(args, kwargs):
             return None
         provenance = self._provenance
         src_on_host, dst_on_host = value_on_host or provenance.on_host(src), provenance.on_host(dst)

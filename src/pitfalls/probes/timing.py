@@ -227,12 +227,11 @@ def interleaved_speedup(
 
 def _median_speedup(pairs: list[tuple[float, float]]) -> Speedup:
     """The `Speedup` of (baseline, candidate) times taken in pairs: the median of the per-pair ratios."""
-    base_times, cand_times = [b for b, _ in pairs], [c for _, c in pairs]
     return Speedup(
         ratio=statistics.median(b / c for b, c in pairs),
         ratios=tuple(b / c for b, c in pairs),
-        baseline_median_s=statistics.median(base_times),
-        candidate_median_s=statistics.median(cand_times),
+        baseline_median_s=statistics.median(b for b, _ in pairs),
+        candidate_median_s=statistics.median(c for _, c in pairs),
         rounds=len(pairs),
     )
 
