@@ -107,17 +107,18 @@ def smaller_dtype(values: torch.Tensor) -> tuple[torch.dtype, str]:
     """
     if values.numel() == 0 or values.dtype == torch.bool:
         return values.dtype, "already the smallest"
-    if not values.is_floating_point() and not values.is_complex():
-        fit = _integer_fit(int(values.min()), int(values.max()))
-        if fit.itemsize < values.dtype.itemsize:
-            return fit, f"values in [{int(values.min())}, {int(values.max())}]; cast back on the device"
-        return values.dtype, "already the smallest"
     if values.is_complex():
         return values.dtype, "complex: not examined"
-    finite = bool(torch.isfinite(values).all())
-    if finite and bool((values == values.round()).all()):
-        fit = _integer_fit(int(values.min()), int(values.max()))
-        return fit, f"whole numbers in [{int(values.min())}, {int(values.max())}]; cast back on the device"
+    floating = values.is_floating_point()
+    finite = not floating or bool(torch.isfinite(values).all())
+    if not floating or (finite and bool((values == values.round()).all())):
+        low, high = int(values.min()), int(values.max())
+        fit = _integer_fit(low, high)
+        if floating:
+            return fit, f"whole numbers in [{low}, {high}]; cast back on the device"
+        if fit.itemsize < values.dtype.itemsize:
+            return fit, f"values in [{low}, {high}]; cast back on the device"
+        return values.dtype, "already the smallest"
     channels = _channels(values.detach())
     found = [_levels(channel) for channel in channels] if finite else [None]
     levels = [level for level in found if level is not None]

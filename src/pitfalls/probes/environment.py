@@ -65,9 +65,8 @@ def _commit(checkout: Path, environ: Mapping[str, str]) -> dict[str, Any]:
     if environ.get("PITFALLS_COMMIT"):
         return {"commit": environ["PITFALLS_COMMIT"], "commit_source": "PITFALLS_COMMIT",
                 "commit_dirty": str(Unavailable("not a git checkout"))}
-    reason = f"no git checkout ({head.reason}) and PITFALLS_COMMIT not set"
-    return {"commit": str(Unavailable(reason)), "commit_source": str(Unavailable(reason)),
-            "commit_dirty": str(Unavailable(reason))}
+    missing = str(Unavailable(f"no git checkout ({head.reason}) and PITFALLS_COMMIT not set"))
+    return dict.fromkeys(("commit", "commit_source", "commit_dirty"), missing)
 
 
 def _driver(nvml: Any) -> str:
