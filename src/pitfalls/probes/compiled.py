@@ -290,13 +290,11 @@ class CompileWatch:
     """What torch.compile did while the block ran: graphs, graph breaks at their lines, recompiles, seconds.
 
     Args:
-        clock: wall time as `time.time()` gives it (compilation metrics are stamped with it).
         lines: read each graph break's line from dynamo's ``graph_breaks`` log, kept quiet unless the user turned
             it on (``TORCH_LOGS=graph_breaks``); False leaves the log alone (a probe that needs the reasons only).
     """
 
-    def __init__(self, clock: Callable[[], float] = time.time, lines: bool = True) -> None:
-        self._clock = clock
+    def __init__(self, lines: bool = True) -> None:
         self._lines = lines
         self._collector = _Collector()
         self._log: logging.Logger | None = None
@@ -307,7 +305,7 @@ class CompileWatch:
         self.ended: float | None = None
 
     def __enter__(self) -> CompileWatch:
-        self.started = self._clock()
+        self.started = time.time()  # compilation metrics are stamped with it
         self._graphs_before = _unique_graphs()
         self._events_before = _break_events()
         log = self._log = _graph_break_log() if self._lines else None
@@ -320,7 +318,7 @@ class CompileWatch:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.ended = self._clock()
+        self.ended = time.time()
         if self._log is not None:
             self._log.removeHandler(self._collector)
             if self._saved is not None:
@@ -355,7 +353,7 @@ class CompileWatch:
         metrics = _metrics()
         if isinstance(metrics, Unavailable):
             return metrics
-        end = self.ended if self.ended is not None else self._clock()
+        end = self.ended if self.ended is not None else time.time()
         return [m for m in metrics if self.started <= (getattr(m, "start_time", None) or 0.0) <= end]
 
     @property

@@ -101,11 +101,10 @@ class SourceLine:
     function: str
     code: str
 
-    def short_where(self, base: str | Path | None = None) -> str:
-        """`path:lineno` with the path relative to `base` (default: the working folder) when it lies inside it."""
-        folder = Path(base) if base is not None else Path.cwd()
+    def short_where(self) -> str:
+        """`path:lineno` with the path relative to the working folder when it lies inside it."""
         try:
-            shown = str(Path(self.path).resolve().relative_to(folder.resolve()))
+            shown = str(Path(self.path).resolve().relative_to(Path.cwd().resolve()))
         except ValueError:
             shown = self.path
         return f"{shown}:{self.lineno}"

@@ -49,7 +49,6 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 import torch
@@ -297,12 +296,7 @@ class SyncHazardCounter(TorchDispatchMode):
             self._stack = stack.pop_all()  # all three stay on past this block; a failure above undoes the others
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         if self._stack is not None:
             stack, self._stack = self._stack, None
             stack.close()  # the function mode, this dispatch mode, then the stance, innermost first
