@@ -26,7 +26,15 @@ import psutil
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from pitfalls.families.loader.workers import CyclingSampler, WorkerBoard, WorkerInit, settle_before_fork
+from pitfalls.families.loader.stores import packed
+from pitfalls.families.loader.workers import (
+    CyclingSampler,
+    WorkerBoard,
+    WorkerInit,
+    settle_before_fork,
+    shut_down,
+    uss_without_batches,
+)
 from pitfalls.family import SkipCase
 from pitfalls.units import MIB
 
@@ -38,13 +46,6 @@ GRIDS = {
 }
 # How long the workers get, after the epoch's last batch, to finish the batches DataLoader asked ahead of it.
 SETTLE_S = 0.5
-
-
-def uss_of(pid: int) -> int:
-    """USS of process ``pid`` less torch's shared-memory segments it maps (batches being handed over): the same
-    reading `pitfalls.families.loader.uss_without_batches` makes inside a worker, made from outside it."""
-    maps = psutil.Process(pid).memory_maps(grouped=True)
-    return sum(m.private_clean + m.private_dirty for m in maps if "/torch_" not in m.path)
 
 
 # --- the records ------------------------------------------------------------------------------------------------
@@ -95,10 +96,7 @@ class ArrayRecords:
     """The same records in a few numpy arrays: paths in one byte buffer with offsets, one array per field."""
 
     def __init__(self, records: list[dict[str, Any]]) -> None:
-        encoded = [record["path"].encode() for record in records]
-        lengths = np.fromiter((len(path) for path in encoded), dtype=np.int64, count=len(encoded))
-        self.offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        self.paths = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        self.offsets, self.paths = packed([record["path"].encode() for record in records])
         self.sizes = np.array([record["size"] for record in records], dtype=np.int64)
         self.labels = np.array([record["annotation"]["label"] for record in records], dtype=np.int64)
         self.boxes = np.array([record["annotation"]["box"] for record in records], dtype=np.int32).reshape(-1, 4)
@@ -228,17 +226,14 @@ def epoch_memory(dataset: Dataset[Any], *, workers: int, batch: int, collate: Ca
             next(iterator)
         time.sleep(SETTLE_S)
         pids = [int(pid) for pid in board.pids]
-        worker_uss = tuple(uss_of(pid) for pid in pids)
+        worker_uss = tuple(uss_without_batches(pid) for pid in pids)
         growth = tuple(uss - int(start) for uss, start in zip(worker_uss, board.uss_at_start, strict=True))
         worker_pss = tuple(psutil.Process(pid).memory_full_info().pss for pid in pids)
         parent = psutil.Process().memory_full_info()
         return EpochMemory(growth, worker_uss, worker_pss, parent.uss, parent.pss, count,
                            int(getattr(dataset, "nbytes", 0)))
     finally:
-        shutdown = getattr(iterator, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()
-        del iterator
+        shut_down(iterator)
 
 
 def metadata_memory(form: str, *, workers: int, items: int = 100_000, batch: int = 500,

@@ -131,7 +131,6 @@ class BatchStep:
         return self.guarded(lambda: self.deliver(self.next_batch()))
 
 
-
 class LoaderStep(BatchStep):
     """A variant's batches from a DataLoader over its data set.
 
@@ -225,7 +224,7 @@ class LoaderStep(BatchStep):
         for _ in range(HANDLER_REPORTS):
             try:
                 with sigchld_held():
-                    dead = self.dead_workers(wait_s)
+                    dead = exited(self.board.worker_pids(), wait_s)
                     if dead:
                         self.close()
                     return dead
@@ -233,11 +232,6 @@ class LoaderStep(BatchStep):
                 if not is_handler_report(late):
                     raise
         raise RuntimeError(f"{self.variant}: DataLoader kept reporting dead workers while the loader was closed")
-
-    def dead_workers(self, wait_s: float = 0.0) -> list[int]:
-        """The workers that have exited (or are zombies) although the loader still runs, looking again for up to
-        ``wait_s`` seconds while there is none."""
-        return exited(self.board.worker_pids(), wait_s)
 
     def worker_pids(self) -> list[int]:
         """The pids of the workers that have started (each writes its own when it starts)."""

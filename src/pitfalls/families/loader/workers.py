@@ -64,10 +64,10 @@ def settle_before_fork() -> None:
     release_free_heap()
 
 
-def uss_without_batches() -> int:
-    """This process's USS less the pages of torch's shared-memory segments it maps (the batches it is handing
-    over), which move from one process's USS to shared as soon as the main process maps them."""
-    maps = psutil.Process().memory_maps(grouped=True)
+def uss_without_batches(pid: int | None = None) -> int:
+    """The USS of process ``pid`` (None: this one) less the pages of torch's shared-memory segments it maps (the
+    batches it is handing over), which move from one process's USS to shared as soon as the main process maps them."""
+    maps = psutil.Process(pid).memory_maps(grouped=True)
     return sum(m.private_clean + m.private_dirty for m in maps if "/torch_" not in m.path)
 
 
