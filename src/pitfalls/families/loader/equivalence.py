@@ -36,11 +36,8 @@ def jpeg_tolerance(variant: str) -> float:
 def delivered(variant: str, device: torch.device, params: Mapping[str, Any], batches: int = COMPARED_BATCHES,
               decoder: JpegDecoder | None = None) -> list[tuple[Tensor, Tensor]]:
     """The first ``batches`` batches a variant delivers to the device (normalized images, int64 masks)."""
-    step = make_step(variant, device, params, decoder=decoder)
-    try:
+    with make_step(variant, device, params, decoder=decoder) as step:
         return [step.inputs() for _ in range(batches)]
-    finally:
-        step.close()
 
 
 def differences(got: list[tuple[Tensor, Tensor]], want: list[tuple[Tensor, Tensor]]) -> tuple[float, float, bool]:

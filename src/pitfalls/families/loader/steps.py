@@ -37,6 +37,7 @@ from pitfalls.family import FLOOR, SkipCase
 from pitfalls.probes import pagecache
 
 T = TypeVar("T")
+S = TypeVar("S", bound="BatchStep")
 
 
 def pinned(variant: str, device: torch.device, params: Mapping[str, Any]) -> bool:
@@ -86,6 +87,12 @@ class BatchStep:
 
     def close(self) -> None:
         """Stop producing batches; release workers."""
+
+    def __enter__(self: S) -> S:
+        return self
+
+    def __exit__(self, *_error: object) -> None:
+        self.close()
 
     def pause(self) -> None:
         """Stop producing batches until the next call, which starts afresh (a steady-state block ends here)."""
@@ -342,9 +349,6 @@ def read_fresh(variant: str, device: torch.device, params: Mapping[str, Any], re
     Returns:
         What ``read`` returned.
     """
-    step = make_step(variant, device, params, **options)
-    try:
+    with make_step(variant, device, params, **options) as step:
         return read(step)
-    finally:
-        step.close()
 
