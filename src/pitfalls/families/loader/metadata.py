@@ -31,11 +31,11 @@ from pitfalls.families.loader.workers import (
     CyclingSampler,
     WorkerBoard,
     WorkerInit,
+    forked_workers_only,
     settle_before_fork,
     shut_down,
     uss_without_batches,
 )
-from pitfalls.family import SkipCase
 from pitfalls.units import MIB
 
 RECORD_FORMS = ("objects", "arrays")
@@ -208,11 +208,7 @@ def epoch_memory(dataset: Dataset[Any], *, workers: int, batch: int, collate: Ca
     Raises:
         SkipCase: no workers, or workers that do not fork (they hold a pickled copy: nothing is copied on write).
     """
-    if workers < 1:
-        raise SkipCase("num_workers=0: no worker process, nothing is copied on write")
-    if start_method != "fork":
-        raise SkipCase(f"start_method={start_method!r} workers get a pickled copy of the data set, not the "
-                       "parent's pages: nothing is copied on write")
+    forked_workers_only(workers, start_method)
     count = len(dataset)  # type: ignore[arg-type]
     context = multiprocessing.get_context(start_method)
     board = WorkerBoard(workers, context, measure_uss=True)

@@ -20,19 +20,17 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
-from pitfalls.devices import synchronize
 from pitfalls.families.loader import steady
-from pitfalls.families.loader.entry import ENTRY
+from pitfalls.families.loader.entry import ENTRY, read_case
 from pitfalls.families.loader.epochs import epoch_starts
-from pitfalls.families.loader.steps import BatchStep, LoaderStep, read_fresh
+from pitfalls.families.loader.steps import BatchStep, LoaderStep, make_step
 from pitfalls.families.loader.variants import nbytes
 from pitfalls.families.loader.verdict import STARVES_BELOW, judge
+from pitfalls.families.loader.workers import forked_workers_only
 from pitfalls.family import FLOOR, SkipCase
 from pitfalls.probes.group_memory import GroupMemory, GroupMemorySampler, members_named, shm_segments
 from pitfalls.result import Unavailable
@@ -66,19 +64,8 @@ def group_peak(step: BatchStep, batches: int, interval_s: float = SAMPLE_INTERVA
     """
     with GroupMemorySampler(interval_s=interval_s, members=members_named(step.worker_pids)) as sampler:
         for _ in range(batches):
-            step()
-            synchronize(step.device)
+            step.synced()
     return sampler.result
-
-
-def case_params(variant: str, device: str, sizes: Mapping[str, Any]) -> tuple[torch.device, dict[str, Any]]:
-    """Resolve a benchmark's or a caller's arguments: the device (SkipCase if absent) and every parameter."""
-    return ENTRY.place(variant, device, sizes)
-
-
-def _synced(step: BatchStep) -> None:
-    step()
-    synchronize(step.device)
 
 
 def samples_per_second(step: BatchStep, *, min_seconds: float = steady.MIN_SECONDS) -> float:
@@ -97,8 +84,7 @@ def batch_nbytes(step: BatchStep) -> int:
 
 def bytes_per_batch(variant: str, device: str, **sizes: Any) -> int:
     """Bytes of the first batch of a fresh loader, from its tensors (no warm-up: the size does not change)."""
-    where, params = case_params(variant, device, sizes)
-    return read_fresh(variant, where, params, batch_nbytes)
+    return read_case(variant, device, sizes, batch_nbytes)
 
 
 def time_to_first_batch(variant: str, device: str, **sizes: Any) -> float:
@@ -107,8 +93,7 @@ def time_to_first_batch(variant: str, device: str, **sizes: Any) -> float:
     The data set is on disk (generated beforehand) and the RAM forms are loaded before the clock starts: this is
     what every new iterator pays (each epoch, without ``persistent_workers``).
     """
-    where, params = case_params(variant, device, sizes)
-    return read_fresh(variant, where, params, time_to_first_batch_of, start=False)
+    return read_case(variant, device, sizes, time_to_first_batch_of, start=False)
 
 
 def time_to_first_batch_of(step: BatchStep) -> float:
@@ -127,7 +112,7 @@ def time_to_first_batch_of(step: BatchStep) -> float:
         raise ValueError(f"{step.variant}: the step was started before the clock; build it with start=False")
     started = time.perf_counter()
     step.start()
-    _synced(step)
+    step.synced()
     return time.perf_counter() - started
 
 
@@ -145,10 +130,11 @@ def peak_memory(variant: str, device: str, *, batches: int | None = None, **size
     Returns:
         The sampler's figures: the group's peaks of the PSS, USS and RSS sums and each process's own.
     """
-    where, params = case_params(variant, device, sizes)
+    where, params = ENTRY.place(variant, device, sizes)
     in_flight = params["num_workers"] * params["prefetch_factor"]
     count = batches or max(3, math.ceil(params["items"] / params["batch"]) + in_flight)
-    return read_fresh(variant, where, params, lambda step: group_peak(step, count), check_cores=False)
+    with make_step(variant, where, params, check_cores=False) as step:
+        return group_peak(step, count)
 
 
 @dataclass(frozen=True)
@@ -208,10 +194,10 @@ def in_flight(variant: str, device: str, *, consumed: int = 2, **sizes: Any) -> 
     Raises:
         SkipCase: no workers (batches are made on demand, nothing is in flight), the floor, or no room.
     """
-    where, params = case_params(variant, device, sizes)
+    where, params = ENTRY.place(variant, device, sizes)
     _nothing_in_flight(variant, params["num_workers"])
-    return read_fresh(variant, where, params, lambda step: in_flight_of(step, consumed=consumed), check_cores=False,
-                      start=False)
+    with make_step(variant, where, params, check_cores=False, start=False) as step:
+        return in_flight_of(step, consumed=consumed)  # type: ignore[arg-type]
 
 
 def in_flight_of(step: LoaderStep, *, consumed: int = 2, segments: Segments = shm_segments) -> InFlight:
@@ -314,14 +300,12 @@ def copy_on_write(variant: str, device: str, *, epochs: int = 1, **sizes: Any) -
     Raises:
         SkipCase: no workers, the floor, workers that do not fork (nothing is shared with the parent), or no room.
     """
-    where, params = case_params(variant, device, sizes)
-    if variant == FLOOR or params["num_workers"] == 0:
-        raise SkipCase("no worker process: " + ("the floor has no loader" if variant == FLOOR else "num_workers=0"))
-    if params["start_method"] != "fork":
-        raise SkipCase(f"start_method={params['start_method']!r} workers get a pickled copy of the data set, not "
-                       "the parent's pages: nothing is copied on write")
-    return read_fresh(variant, where, params, lambda step: copy_on_write_of(step, epochs), check_cores=False,
-                      measure_uss=True)
+    where, params = ENTRY.place(variant, device, sizes)
+    if variant == FLOOR:
+        raise SkipCase("no worker process: the floor has no loader")
+    forked_workers_only(params["num_workers"], params["start_method"])
+    with make_step(variant, where, params, check_cores=False, measure_uss=True) as step:
+        return copy_on_write_of(step, epochs)  # type: ignore[arg-type]
 
 
 def copy_on_write_of(step: LoaderStep, epochs: int = 1) -> CopyOnWrite:
@@ -331,7 +315,7 @@ def copy_on_write_of(step: LoaderStep, epochs: int = 1) -> CopyOnWrite:
     # Each worker's first batch is before the window: consume one more per worker, so that the window still holds
     # ``epochs`` epochs of reads.
     for _ in range(epochs * math.ceil(params["items"] / params["batch"]) + params["num_workers"] + 1):
-        _synced(step)
+        step.synced()
     board, startup, window, read = step.board, [], [], 0
     for slot in range(len(board.pids)):
         batch, uss = board.uss_reading(slot)

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, default_collate
 
-from pitfalls.devices import device_threads, fits
+from pitfalls.devices import device_threads, fits, synchronize
 from pitfalls.families.loader.data import DataFiles, DataSpec, ensure_data
 from pitfalls.families.loader.datasets import decoded_items, make_dataset, uint8_item
 from pitfalls.families.loader.device import Consumer, CopyToDevice, DecodeOnDevice, JpegDecoder, torchvision_decoder
@@ -36,7 +36,6 @@ from pitfalls.families.loader.workers import (
 from pitfalls.family import FLOOR, SkipCase
 from pitfalls.probes import pagecache
 
-T = TypeVar("T")
 S = TypeVar("S", bound="BatchStep")
 
 
@@ -137,6 +136,11 @@ class BatchStep:
     def __call__(self) -> Any:
         return self.guarded(lambda: self.deliver(self.next_batch()))
 
+    def synced(self) -> None:
+        """One call, then a synchronize of the device: the batch's work is done when it returns."""
+        self()
+        synchronize(self.device)
+
 
 class LoaderStep(BatchStep):
     """A variant's batches from a DataLoader over its data set.
@@ -170,14 +174,15 @@ class LoaderStep(BatchStep):
         self.board = WorkerBoard(workers, context, measure_uss=measure_uss)
         if measure_uss:
             dataset = UssAtBatchStart(dataset, self.board)
-        options: dict[str, Any] = {}
+        # Everything of the loader but its data set and sampler: a loader like it (`epochs`) takes the same.
+        self.loader_options: dict[str, Any] = {
+            "batch_size": params["batch"], "num_workers": workers, "collate_fn": CountingCollate(self.board, collate),
+            "pin_memory": self.pin, "drop_last": True}
         if workers:
-            options = {"prefetch_factor": params["prefetch_factor"], "timeout": params["timeout"],
-                       "worker_init_fn": WorkerInit(self.board), "multiprocessing_context": context}
-        self.loader = DataLoader(dataset, batch_size=params["batch"],
-                                 sampler=CyclingSampler(params["items"], params["seed"]), num_workers=workers,
-                                 collate_fn=CountingCollate(self.board, collate), pin_memory=self.pin,
-                                 drop_last=True, **options)
+            self.loader_options |= {"prefetch_factor": params["prefetch_factor"], "timeout": params["timeout"],
+                                    "worker_init_fn": WorkerInit(self.board), "multiprocessing_context": context}
+        self.loader = DataLoader(dataset, sampler=CyclingSampler(params["items"], params["seed"]),
+                                 **self.loader_options)
         self.iterator: Iterator[Any] | None = None
         self.paused = False
         if start:
@@ -333,22 +338,4 @@ def make_step(variant: str, device: torch.device, params: Mapping[str, Any], *, 
         return FloorStep(device, params)
     return LoaderStep(variant, device, params, start=start, measure_uss=measure_uss, decoder=decoder,
                       consume=consume, source=source)
-
-
-def read_fresh(variant: str, device: torch.device, params: Mapping[str, Any], read: Callable[[Any], T],
-               **options: Any) -> T:
-    """Build a case's step for one reading, read it, and close the step (its workers) whatever the reading raised.
-
-    Args:
-        variant: one of `VARIANTS` or ``"floor"``.
-        device: where batches are delivered.
-        params: every parameter of the family, resolved.
-        read: the figure's routine on a built step (with ``start=False`` it starts the loader itself).
-        **options: `make_step`'s.
-
-    Returns:
-        What ``read`` returned.
-    """
-    with make_step(variant, device, params, **options) as step:
-        return read(step)
 

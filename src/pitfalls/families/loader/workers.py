@@ -18,6 +18,7 @@ import torch
 from torch.utils.data import Dataset, Sampler, get_worker_info
 
 from pitfalls.families.loader.data import single_threaded_opencv
+from pitfalls.family import SkipCase
 
 
 class CyclingSampler(Sampler[int]):
@@ -186,6 +187,15 @@ class CountingCollate:
         if info is not None:
             self.board.made_batch(info.id)
         return batch
+
+
+def forked_workers_only(workers: int, start_method: str) -> None:
+    """Raise SkipCase unless workers fork from this process: only they share its pages, to copy them on write."""
+    if workers < 1:
+        raise SkipCase("num_workers=0: no worker process, nothing is copied on write")
+    if start_method != "fork":
+        raise SkipCase(f"start_method={start_method!r} workers get a pickled copy of the data set, not the parent's "
+                       "pages: nothing is copied on write")
 
 
 def usable_cores() -> int:
