@@ -157,7 +157,7 @@ def measure_copied_per_item(_device: str) -> Reading:
                    f"{growth.items_read} items read by {len(growth.window)} workers after their first batch")
 
 
-def planted_epochs(pairs: int = METADATA_PAIRS) -> list[tuple[EpochMemory, EpochMemory]]:
+def planted_epochs() -> list[tuple[EpochMemory, EpochMemory]]:
     """Pairs of epochs through `metadata.epoch_memory` (issue 13246's figures): `WrittenOnce` with ``GROWTH_MIB``
     written and ``SHARED_MIB`` left shared, then the same with neither buffer."""
 
@@ -165,7 +165,7 @@ def planted_epochs(pairs: int = METADATA_PAIRS) -> list[tuple[EpochMemory, Epoch
         return metadata.epoch_memory(WrittenOnce(planted_mib, shared_mib=shared_mib), workers=WORKERS, batch=50,
                                      collate=metadata.collate_rows)
 
-    return [(epoch(GROWTH_MIB, SHARED_MIB), epoch(0, 0)) for _ in range(pairs)]
+    return [(epoch(GROWTH_MIB, SHARED_MIB), epoch(0, 0)) for _ in range(METADATA_PAIRS)]
 
 
 # The three metadata rows read one set of epochs, as the benchmark reads its three figures from one epoch.

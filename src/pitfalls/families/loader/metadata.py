@@ -46,6 +46,8 @@ GRIDS = {
 }
 # How long the workers get, after the epoch's last batch, to finish the batches DataLoader asked ahead of it.
 SETTLE_S = 0.5
+# Seconds to wait for one batch.
+TIMEOUT_S = 120.0
 
 
 # --- the records ------------------------------------------------------------------------------------------------
@@ -188,7 +190,7 @@ class EpochMemory:
 
 
 def epoch_memory(dataset: Dataset[Any], *, workers: int, batch: int, collate: Callable[[list[Any]], Any],
-                 start_method: str = "fork", seed: int = 0, timeout: float = 120.0) -> EpochMemory:
+                 start_method: str = "fork") -> EpochMemory:
     """Run one full epoch of ``dataset`` through DataLoader's workers and read the group's memory at its end.
 
     The sampler cycles (`CyclingSampler`), so the workers are still alive when the epoch's last batch arrives;
@@ -202,8 +204,6 @@ def epoch_memory(dataset: Dataset[Any], *, workers: int, batch: int, collate: Ca
         batch: items per batch.
         collate: the collate function.
         start_method: how workers start; only "fork" shares the parent's pages.
-        seed: the epoch order's seed.
-        timeout: seconds to wait for one batch.
 
     Raises:
         SkipCase: no workers, or workers that do not fork (they hold a pickled copy: nothing is copied on write).
@@ -212,9 +212,9 @@ def epoch_memory(dataset: Dataset[Any], *, workers: int, batch: int, collate: Ca
     count = len(dataset)  # type: ignore[arg-type]
     context = multiprocessing.get_context(start_method)
     board = WorkerBoard(workers, context, measure_uss=True)
-    loader = DataLoader(dataset, batch_size=batch, sampler=CyclingSampler(count, seed), num_workers=workers,
+    loader = DataLoader(dataset, batch_size=batch, sampler=CyclingSampler(count, seed=0), num_workers=workers,
                         collate_fn=collate, drop_last=False, worker_init_fn=WorkerInit(board),
-                        multiprocessing_context=context, timeout=timeout)
+                        multiprocessing_context=context, timeout=TIMEOUT_S)
     settle_before_fork()
     iterator = iter(loader)
     try:
@@ -233,7 +233,7 @@ def epoch_memory(dataset: Dataset[Any], *, workers: int, batch: int, collate: Ca
 
 
 def metadata_memory(form: str, *, workers: int, items: int = 100_000, batch: int = 500,
-                    start_method: str = "fork", seed: int = 0) -> EpochMemory:
+                    start_method: str = "fork") -> EpochMemory:
     """Issue 13246's figure: the loader group's memory after an epoch over ``items`` records held in ``form``.
 
     Args:
@@ -242,10 +242,9 @@ def metadata_memory(form: str, *, workers: int, items: int = 100_000, batch: int
         items: records in the table (an epoch reads each once).
         batch: items per batch.
         start_method: how workers start.
-        seed: seed of the records and the epoch order.
     """
-    return epoch_memory(RecordItems(make_records(form, items, seed)), workers=workers, batch=batch,
-                        collate=collate_rows, start_method=start_method, seed=seed)
+    return epoch_memory(RecordItems(make_records(form, items)), workers=workers, batch=batch, collate=collate_rows,
+                        start_method=start_method)
 
 
 def records_memory(metadata: str, num_workers: int, items: int) -> EpochMemory:

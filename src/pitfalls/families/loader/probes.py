@@ -44,25 +44,26 @@ COW_NOISE_FLOOR_BYTES = 3 * MIB
 # feeder threads then get to hand the last batch over.
 SETTLE_POLL_S = 0.05
 HAND_OVER_S = 0.25
+# Batches a fresh loader delivers before it rests and its batches in flight are read.
+CONSUMED = 2
 
 
 # The group's peak is sampled every 15 ms: a batch of 32 at 128 x 128 collates in tens of ms on this machine, so
 # its peak is seen. The cgroup's own peak is not used: on this machine only cgroup v1's memory.max_usage_in_bytes of
 # the whole container is there, a ceiling of everything running in it, not the loader's figure.
 SAMPLE_INTERVAL_S = 0.015
-def group_peak(step: BatchStep, batches: int, interval_s: float = SAMPLE_INTERVAL_S) -> GroupMemory:
+def group_peak(step: BatchStep, batches: int) -> GroupMemory:
     """The peak memory of the step's whole group (this process and its workers, `BatchStep.worker_pids`) over
     ``batches`` calls. Other children of this process (a resource tracker, a compile pool) are not the loader's.
 
     Args:
         step: a batch step, started.
         batches: synchronized calls to make while sampling.
-        interval_s: seconds between samples.
 
     Returns:
         The sampler's figures: per-process peaks and the group's peaks of the PSS, USS and RSS sums.
     """
-    with GroupMemorySampler(interval_s=interval_s, members=members_named(step.worker_pids)) as sampler:
+    with GroupMemorySampler(interval_s=SAMPLE_INTERVAL_S, members=members_named(step.worker_pids)) as sampler:
         for _ in range(batches):
             step.synced()
     return sampler.result
@@ -116,14 +117,14 @@ def time_to_first_batch_of(step: BatchStep) -> float:
     return time.perf_counter() - started
 
 
-def peak_memory(variant: str, device: str, *, batches: int | None = None, **sizes: Any) -> GroupMemory:
+def peak_memory(variant: str, device: str, **sizes: Any) -> GroupMemory:
     """Peak PSS, USS and RSS of the whole loader group (the main process and every worker) while a fresh loader
-    delivers batches, sampled every 15 ms in the background (`memory.group_peak`), collation included.
+    delivers an epoch plus the batches in flight (at least 3), sampled every 15 ms in the background
+    (`group_peak`), collation included.
 
     Args:
         variant: a variant or the floor.
         device: "cpu" or "cuda".
-        batches: batches to consume; default an epoch plus the batches in flight, at least 3.
         **sizes: the family's parameters. A case with more workers than cores is measured (memory does not
             depend on cores); one that does not fit in RAM is skipped.
 
@@ -132,7 +133,7 @@ def peak_memory(variant: str, device: str, *, batches: int | None = None, **size
     """
     where, params = ENTRY.place(variant, device, sizes)
     in_flight = params["num_workers"] * params["prefetch_factor"]
-    count = batches or max(3, math.ceil(params["items"] / params["batch"]) + in_flight)
+    count = max(3, math.ceil(params["items"] / params["batch"]) + in_flight)
     with make_step(variant, where, params, check_cores=False) as step:
         return group_peak(step, count)
 
@@ -185,8 +186,8 @@ def _nothing_in_flight(variant: str, workers: int) -> None:
                        "batches are made on demand in the main process")
 
 
-def in_flight(variant: str, device: str, *, consumed: int = 2, **sizes: Any) -> InFlight:
-    """Batches and bytes in flight once a fresh loader has delivered ``consumed`` batches and then rests.
+def in_flight(variant: str, device: str, **sizes: Any) -> InFlight:
+    """Batches and bytes in flight once a fresh loader has delivered `CONSUMED` batches and then rests.
 
     DataLoader keeps ``prefetch_factor`` index batches outstanding per worker and sends a new one for each
     batch taken, so at rest the workers have made that many batches ahead of the consumer.
@@ -197,19 +198,18 @@ def in_flight(variant: str, device: str, *, consumed: int = 2, **sizes: Any) -> 
     where, params = ENTRY.place(variant, device, sizes)
     _nothing_in_flight(variant, params["num_workers"])
     with make_step(variant, where, params, check_cores=False, start=False) as step:
-        return in_flight_of(step, consumed=consumed)  # type: ignore[arg-type]
+        return in_flight_of(step)  # type: ignore[arg-type]
 
 
-def in_flight_of(step: LoaderStep, *, consumed: int = 2, segments: Segments = shm_segments) -> InFlight:
+def in_flight_of(step: LoaderStep, *, segments: Segments = shm_segments) -> InFlight:
     """The in-flight figures of a built, not yet started loader step (its parameters are ``step.params``).
 
-    Starts it, takes ``consumed`` batches (`batch_nbytes` sizes each), waits until the workers have made the
+    Starts it, takes `CONSUMED` batches (`batch_nbytes` sizes each), waits until the workers have made the
     ``num_workers x prefetch_factor`` batches DataLoader asks of them ahead, then reads the shared-memory segments
     of the main process and the workers until two readings agree.
 
     Args:
         step: built with ``start=False``, so that the segments this process holds before are told apart.
-        consumed: batches to take before the loader rests.
         segments: the segment reader (`shm_segments`, the calibrated shared instrument).
 
     Returns:
@@ -230,9 +230,9 @@ def in_flight_of(step: LoaderStep, *, consumed: int = 2, segments: Segments = sh
     earlier = set(segments([os.getpid()]))
     step.start()
     per_batch = 0
-    for _ in range(consumed):
+    for _ in range(CONSUMED):
         per_batch = batch_nbytes(step)
-    expected = consumed + workers * params["prefetch_factor"]
+    expected = CONSUMED + workers * params["prefetch_factor"]
     _settle(step.board.batches_made, expected, deadline_s=float(params["timeout"] or 120))
 
     def held_now() -> int:
@@ -252,7 +252,7 @@ def in_flight_of(step: LoaderStep, *, consumed: int = 2, segments: Segments = sh
     if step.pin:
         measured = Unavailable("pinned batches: the pin thread holds copies in page-locked memory of the main "
                                "process, which no /proc reading tells apart from its other memory")
-    return InFlight(step.board.batches_made() - consumed, measured, per_batch, workers, params["prefetch_factor"])
+    return InFlight(step.board.batches_made() - CONSUMED, measured, per_batch, workers, params["prefetch_factor"])
 
 
 @dataclass(frozen=True)
@@ -288,8 +288,8 @@ class CopyOnWrite:
         return sum(self.window) / self.items_read
 
 
-def copy_on_write(variant: str, device: str, *, epochs: int = 1, **sizes: Any) -> CopyOnWrite:
-    """Worker USS growth of a fresh loader over ``epochs`` epochs of items read, after each worker's first batch.
+def copy_on_write(variant: str, device: str, **sizes: Any) -> CopyOnWrite:
+    """Worker USS growth of a fresh loader over an epoch of items read, after each worker's first batch.
 
     Forked workers share the parent's pages until they write to them. Reading an item of a Python list writes
     its reference count, so the list form copies the page holding each item read (two objects per item here:
@@ -305,7 +305,7 @@ def copy_on_write(variant: str, device: str, *, epochs: int = 1, **sizes: Any) -
         raise SkipCase("no worker process: the floor has no loader")
     forked_workers_only(params["num_workers"], params["start_method"])
     with make_step(variant, where, params, check_cores=False, measure_uss=True) as step:
-        return copy_on_write_of(step, epochs)  # type: ignore[arg-type]
+        return copy_on_write_of(step)  # type: ignore[arg-type]
 
 
 def copy_on_write_of(step: LoaderStep, epochs: int = 1) -> CopyOnWrite:

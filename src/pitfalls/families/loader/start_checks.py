@@ -90,22 +90,20 @@ def _read(read: Callable[[LoaderStep], tuple[float, ...]], delay_ms: float, devi
         return read(step)
 
 
-def paired_growth(read: Callable[[LoaderStep], tuple[float, ...]], device: str,
-                  pairs: int = PAIRS) -> list[tuple[float, ...]]:
-    """Read the planted loader (``DELAY_MS``) and the bare one (0 ms) in turn, ``pairs`` times, after one bare
+def paired_growth(read: Callable[[LoaderStep], tuple[float, ...]], device: str) -> list[tuple[float, ...]]:
+    """Read the planted loader (``DELAY_MS``) and the bare one (0 ms) in turn, `PAIRS` times, after one bare
     reading thrown away.
 
     Args:
         read: the figures of one fresh, not yet started step, seconds.
         device: where batches are delivered.
-        pairs: planted-bare pairs.
 
     Returns:
         Per pair, how much longer each figure read with the plant, ms.
     """
     _read(read, 0.0, device)
     grown = []
-    for _ in range(pairs):
+    for _ in range(PAIRS):
         with_plant, bare = _read(read, DELAY_MS, device), _read(read, 0.0, device)
         grown.append(tuple((p - b) * 1e3 for p, b in zip(with_plant, bare, strict=True)))
     return grown

@@ -155,9 +155,9 @@ def planted_wait_share(workers: int, per_item_ms: float, step_ms: float) -> floa
     return (period_ms - step_ms) / period_ms
 
 
-def planted_starves_below_ms(workers: int, per_item_ms: float, threshold: float = verdict.WAIT_THRESHOLD) -> float:
+def planted_starves_below_ms(workers: int, per_item_ms: float) -> float:
     """The step cost (ms) below which a planted producer starves the step (see the module's docstring)."""
-    load_ms = BATCH * per_item_ms
+    load_ms, threshold = BATCH * per_item_ms, verdict.WAIT_THRESHOLD
     return load_ms * (1 - threshold) / threshold if workers == 0 else (1 - threshold) * load_ms / workers
 
 
