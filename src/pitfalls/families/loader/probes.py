@@ -257,21 +257,16 @@ def in_flight_of(step: LoaderStep, *, segments: Segments = shm_segments) -> InFl
 
 @dataclass(frozen=True)
 class CopyOnWrite:
-    """How the workers' private memory (USS) grew: at start-up, then while they read items.
+    """How the workers' private memory (USS) grew while they read items, after their first batch (which holds the
+    pages of the interpreter and libraries a forked process writes once, whatever the data).
 
     Attributes:
-        startup: bytes each worker's USS grew from its start to the start of its second batch: its first batch,
-            plus the pages of the interpreter and libraries a forked process writes once (reference counts, the
-            garbage collector), whatever the data.
         window: bytes each worker's USS grew from the start of its second batch to the start of its latest.
         items_read: items the workers read in that window, together.
-        storage: "list" or "packed".
     """
 
-    startup: tuple[int, ...]
     window: tuple[int, ...]
     items_read: int
-    storage: str
 
     @property
     def per_item(self) -> float | Unavailable:
@@ -316,14 +311,13 @@ def copy_on_write_of(step: LoaderStep, epochs: int = 1) -> CopyOnWrite:
     # ``epochs`` epochs of reads.
     for _ in range(epochs * math.ceil(params["items"] / params["batch"]) + params["num_workers"] + 1):
         step.synced()
-    board, startup, window, read = step.board, [], [], 0
+    board, window, read = step.board, [], 0
     for slot in range(len(board.pids)):
         batch, uss = board.uss_reading(slot)
         if batch >= 2:
-            startup.append(int(board.uss_reference[slot] - board.uss_at_start[slot]))
             window.append(int(uss - board.uss_reference[slot]))
             read += (batch - 2) * params["batch"]
-    return CopyOnWrite(tuple(startup), tuple(window), read, params["storage"])
+    return CopyOnWrite(tuple(window), read)
 
 
 def batch_step(case: Any) -> BatchStep:

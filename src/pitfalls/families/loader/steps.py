@@ -316,15 +316,9 @@ def make_step(variant: str, device: torch.device, params: Mapping[str, Any], *, 
     """Build the batch step of a variant or the floor, after `check_params` and a memory check.
 
     Args:
-        variant: one of `VARIANTS` or ``"floor"``.
-        device: where batches are delivered.
-        params: every parameter of the family, resolved.
+        variant, device, params, start, measure_uss, decoder, consume, source: as `LoaderStep`'s; ``variant`` may
+            also be ``"floor"``.
         check_cores: skip a case with more workers than usable cores (memory figures measure such a case).
-        start: start the iterator and the workers now.
-        measure_uss: workers record their USS when they start.
-        decoder: gpu_decode's JPEG decoder (see `LoaderStep`).
-        consume: replaces the model step (see `BatchStep`).
-        source: a data set and collate function instead of the variant's own (see `LoaderStep`).
 
     Raises:
         ValueError: parameters no case accepts.
