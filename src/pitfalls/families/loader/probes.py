@@ -202,11 +202,8 @@ def in_flight(variant: str, device: str, **sizes: Any) -> InFlight:
 
 
 def in_flight_of(step: LoaderStep, *, segments: Segments = shm_segments) -> InFlight:
-    """The in-flight figures of a built, not yet started loader step (its parameters are ``step.params``).
-
-    Starts it, takes `CONSUMED` batches (`batch_nbytes` sizes each), waits until the workers have made the
-    ``num_workers x prefetch_factor`` batches DataLoader asks of them ahead, then reads the shared-memory segments
-    of the main process and the workers until two readings agree.
+    """The in-flight figures of a built, not yet started loader step (its parameters are ``step.params``): at rest
+    after `CONSUMED` batches, once the workers have made the batches DataLoader asks of them ahead.
 
     Args:
         step: built with ``start=False``, so that the segments this process holds before are told apart.

@@ -253,8 +253,6 @@ class LoaderStep(BatchStep):
         """Shut the workers down and wait until every one has exited; none is left behind."""
         self.paused = False
         iterator, self.iterator = self.iterator, None
-        if iterator is None:
-            return
         shut_down(iterator)
 
 
