@@ -34,8 +34,8 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
-from typing import IO
+from collections.abc import Sequence
+from typing import IO, TypeVar
 
 from torch.distributed import DistStoreError, TCPStore
 
@@ -63,6 +63,9 @@ STOP_GRACE_S = 10.0
 STACK_GRACE_S = 2.0
 _LOG_TAIL_LINES = 60
 _LOG_TAIL_BYTES = 64 * 1024
+
+
+G = TypeVar("G", bound="RankGroup")
 
 
 class RankFailed(RuntimeError):
@@ -93,7 +96,6 @@ class RankGroup:
             `pitfalls.distributed.serve`.
         world_size: ranks.
         args: the rank's command-line arguments (its configuration; never a secret).
-        env: extra environment of every rank.
         threads: intra-op threads per rank (OMP_NUM_THREADS).
         start_timeout_s: seconds for every rank to report ready.
         step_timeout_s: seconds for every rank to answer one command.
@@ -102,9 +104,8 @@ class RankGroup:
         RankFailed: a rank failed while starting.
     """
 
-    def __init__(self, entry: Sequence[str], world_size: int, *, args: Sequence[str] = (),
-                 env: Mapping[str, str] | None = None, threads: int = 1, start_timeout_s: float = START_TIMEOUT_S,
-                 step_timeout_s: float = STEP_TIMEOUT_S) -> None:
+    def __init__(self, entry: Sequence[str], world_size: int, *, args: Sequence[str] = (), threads: int = 1,
+                 start_timeout_s: float = START_TIMEOUT_S, step_timeout_s: float = STEP_TIMEOUT_S) -> None:
         if world_size < 1:
             raise ValueError(f"world_size={world_size} is not allowed; it must be an int >= 1")
         self.world_size = world_size
@@ -115,7 +116,7 @@ class RankGroup:
         self._store = loopback_store(max(start_timeout_s, step_timeout_s))
         self.port = self._store.port
         common = {
-            **os.environ, **(env or {}),
+            **os.environ,
             "WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": str(world_size), "GROUP_RANK": "0",
             "MASTER_ADDR": LOOPBACK, "MASTER_PORT": str(self.port),
             # The ranks' process group joins this store as clients instead of rank 0 hosting one on every interface.
@@ -167,10 +168,6 @@ class RankGroup:
         text = os.pread(log.fileno(), size - start, start).decode("utf-8", errors="replace")
         return "\n".join(text.splitlines()[-_LOG_TAIL_LINES:])
 
-    def _outputs(self, ranks: Sequence[int]) -> str:
-        parts = [f"--- rank {rank} output (last lines) ---\n{tail}" for rank in ranks if (tail := self.log_tail(rank))]
-        return "\n".join(parts)
-
     def _fail(self, message: str, ranks: Sequence[int]) -> None:
         exits = []
         for rank, popen in enumerate(self.popens):
@@ -178,7 +175,8 @@ class RankGroup:
                 popen.wait(timeout=0.5)
             if popen.returncode is not None:
                 exits.append(_describe_exit(rank, popen.pid, popen.returncode))
-        account = "\n".join([message, *exits, self._outputs(ranks)]).strip()
+        outputs = [f"--- rank {r} output (last lines) ---\n{tail}" for r in ranks if (tail := self.log_tail(r))]
+        account = "\n".join([message, *exits, *outputs]).strip()
         self.close(graceful=False)
         raise RankFailed(account)
 
@@ -231,6 +229,12 @@ class RankGroup:
             self._fail(f"rank(s) {exited} exited before command {command!r}", exited)
         self._store.set(self._key(f"cmd/{self._n}"), command)
         return self._wait(self.step_timeout_s, repr(command))
+
+    def __enter__(self: G) -> G:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def close(self, *, graceful: bool = True) -> None:
         """Stop every rank and wait for them; safe to call twice."""

@@ -1,9 +1,6 @@
-"""One process's part of the parallel family's training step: the data, the net, the trainer of each variant.
-
-What every process of the family runs, the benchmark process (``single``, DataParallel) and each DDP rank alike:
+"""One process's part of the parallel family's training step, the benchmark process's and each DDP rank's alike:
 the seeded global batch and each rank's share of it, the net's seeded initial weights, and a `Trainer` that runs
-one step and measures its time, peak memory and communication. The family's entry, its devices, figures and gate
-are in `parallel`; the DDP launcher and rank entry point in `launch` and `rank`.
+one step and measures its time, peak memory and communication.
 """
 
 from __future__ import annotations
@@ -100,7 +97,7 @@ def seeded_images(first: int, count: int, image_size: int, num_classes: int, see
     Each image is drawn from its own seed, so a rank builds only its own share and gets exactly the images
     ``single`` holds at the same positions. Labels: valid classes in [0, C-1), then ``pixels // (C + 1)`` pixels
     set to -1 and as many to the background class C-1, at seeded positions: every image has the same number of
-    valid pixels (see the module docstring).
+    valid pixels (docs/families/parallel.md: "The same step, not a similar one").
 
     Returns:
         images ``[count, 3, H, W]`` float32 and labels ``[count, H, W]`` int64.
@@ -342,13 +339,6 @@ def communication_seconds(events: Sequence[Any], on_gpu: bool) -> float:
     return _union_seconds(intervals)
 
 
-def synchronize_all(devices: Sequence[torch.device]) -> None:
-    """Wait for the queued work of every CUDA device in ``devices``; nothing to wait for on the CPU."""
-    for device in devices:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-
 class Trainer:
     """One process's part of the step: forward with the loss, backward, optimizer step, on inputs built once.
 
@@ -395,7 +385,10 @@ class Trainer:
         return self.step()
 
     def synchronize(self) -> None:
-        synchronize_all(self.devices)
+        """Wait for the queued work of every CUDA device the step runs on; nothing to wait for on the CPU."""
+        for device in self.devices:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
 
     def block(self, calls: int) -> float:
         """Seconds per step of ``calls`` steps: the suite's one step routine (`pitfalls.distributed.time_steps`),
@@ -440,10 +433,6 @@ class Trainer:
             self.synchronize()
         return communication_seconds(profiler.events(), on_gpu)
 
-    def state(self) -> dict[str, Tensor]:
-        """The net's weights, copied to the host."""
-        return {name: value.detach().cpu().clone() for name, value in self.net.state_dict().items()}
-
     def step_without_communication(self) -> None:
         """One step under DDP's ``no_sync()``: the same work without the gradient all-reduce (the weights drift
         apart across ranks meanwhile; only its time is wanted)."""
@@ -454,7 +443,7 @@ class Trainer:
 
     def full_state(self) -> dict[str, Tensor]:
         """The weights and the optimizer's momentum buffers (``momentum.<name>``), copied to the host."""
-        state = {f"net.{name}": value for name, value in self.state().items()}
+        state = {f"net.{name}": value.detach().cpu().clone() for name, value in self.net.state_dict().items()}
         for name, parameter in self.net.named_parameters():
             buffer = self.optimizer.state.get(parameter, {}).get("momentum_buffer")
             if buffer is not None:
