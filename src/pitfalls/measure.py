@@ -36,7 +36,7 @@ from pitfalls.units import MIB
 __all__ = ["MODES", "NVML_WINDOW_S", "SPEEDUP_BLOCKS", "SPEEDUP_ROUNDS", "WARMUP_CALLS", "CompileFigures",
            "case", "case_table", "cold_compile_cache", "compile_figures", "compile_table", "compiled",
            "cuda_peak_mib", "cuda_syncs", "initialize_compiler", "lookup", "nvml_mean", "nvml_window",
-           "parameter_sets", "speedup", "step", "sync_hazards"]
+           "speedup", "step", "sync_hazards"]
 
 T = TypeVar("T")
 MODES = ("eager", "compiled")
@@ -241,13 +241,6 @@ def compile_figures(family: str, variant: str, device: str, sweep: Sequence[dict
                           recompiles=report.recompiled_graphs)
 
 
-def parameter_sets(param_names: Sequence[str], params: Sequence[Sequence[Any]]
-                   ) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:
-    """Every parameter set of an asv class: (the values as asv passes them to ``setup``, the same by name)."""
-    for values in itertools.product(*params):
-        yield values, dict(zip(param_names, values, strict=True))
-
-
 def case_table(measure: Callable[..., T], param_names: Sequence[str],
                params: Sequence[Sequence[Any]]) -> dict[tuple[Any, ...], T | str]:
     """``measure(**named)`` of every parameter set, measured one after the other in this process, or the reason a
@@ -257,9 +250,9 @@ def case_table(measure: Callable[..., T], param_names: Sequence[str],
     benchmark's ``setup_cache`` measures once per run, each figure then looked up per set (`lookup`).
     """
     table: dict[tuple[Any, ...], T | str] = {}
-    for values, named in parameter_sets(param_names, params):
+    for values in itertools.product(*params):  # every parameter set, as asv passes them to ``setup``
         try:
-            table[values] = measure(**named)
+            table[values] = measure(**dict(zip(param_names, values, strict=True)))
         except SkipCase as skip:
             table[values] = skip.reason
     return table
