@@ -23,13 +23,14 @@ from typing import Any, TypeVar
 
 import torch
 
-from pitfalls.cases import build_case, estimate_bytes
+from pitfalls.cases import build_case
 from pitfalls.devices import cuda_available, fits, resolve_device, synchronize
 from pitfalls.family import Case, SkipCase
 from pitfalls.probes.compiled import compile_failure_reason, compile_probe
 from pitfalls.probes.nvml import NvmlSummary, nvml_windows
 from pitfalls.probes.syncs import count_cuda_syncs, count_hazards
 from pitfalls.probes.timing import BLOCKED_SECONDS, Speedup, case_speedup
+from pitfalls.registry import family as family_entry
 from pitfalls.result import Unavailable
 from pitfalls.units import MIB
 
@@ -184,7 +185,7 @@ def _fitting(family: str, device: str, sweep: Sequence[dict[str, Any]]) -> list[
     where = resolve_device(device)
     kept, reasons = [], []
     for sizes in sweep:
-        ok, reason = fits(where, estimate_bytes(family, sizes))
+        ok, reason = fits(where, family_entry(family).estimate_bytes(sizes))
         if ok:
             kept.append(sizes)
         else:

@@ -14,9 +14,8 @@ ranks' work, not process starts. How it is put together:
   agent's store listens on every interface and no option of torch 2.13 or 2.14 binds it to loopback.
 - **Failures end the run.** A rank that raises writes its traceback under ``<secret>/error``; a watcher thread per
   rank wakes the caller when that rank exits; a rank that does not answer within ``step_timeout_s`` is sent
-  SIGUSR1 and writes its stack. Then every rank is stopped and `RankFailed` carries the account. Timeouts nest:
-  a command's (``step_timeout_s``) is shorter than the ranks' process group's, which is shorter than asv's
-  benchmark timeout, so the group, not asv, ends a hang and the stack is kept.
+  SIGUSR1 and writes its stack. Then every rank is stopped and `RankFailed` carries the account (the timeouts
+  nest: see `STEP_TIMEOUT_S`).
 - **Nothing is left behind.** `RankGroup.close` asks the ranks to stop, then terminates and kills the groups left;
   if the group is never closed, a finalizer does the same, and ranks whose driving process is gone exit on their
   own (`server`).
@@ -27,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -47,7 +47,6 @@ from pitfalls.distributed.control import (
     SECRET_ENV,
     get_value,
     loopback_store,
-    new_secret,
 )
 
 __all__ = ["PROCESS_GROUP_TIMEOUT_S", "RankFailed", "RankGroup", "START_TIMEOUT_S", "STEP_TIMEOUT_S"]
@@ -112,7 +111,7 @@ class RankGroup:
         self.step_timeout_s = step_timeout_s
         self._n = 0
         self._closed = False
-        self._secret = new_secret()
+        self._secret = secrets.token_hex(16)  # a key prefix nobody can guess: 128 random bits
         self._store = loopback_store(max(start_timeout_s, step_timeout_s))
         self.port = self._store.port
         common = {

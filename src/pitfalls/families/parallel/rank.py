@@ -174,7 +174,7 @@ COMMANDS: dict[str, Callable[[Any, str], bytes]] = {
     "measure": lambda trainer, _: _json(asdict(trainer.measure()[0])),
     "communication": communication,
     "state": state,
-    "shard": lambda trainer, _: _json(trainer.shard.as_dict()),
+    "shard": lambda trainer, _: _json(asdict(trainer.shard)),
 }
 
 

@@ -172,9 +172,6 @@ class Shard:
         """The shard of ``images``, which claim to start at ``first``."""
         return cls(first, int(images.shape[0]), float(images.detach().to("cpu", torch.float64).sum()))
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"first": self.first, "count": self.count, "checksum": self.checksum}
-
 
 @dataclass(frozen=True)
 class RankFigures:
