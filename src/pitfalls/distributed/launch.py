@@ -1,24 +1,13 @@
 """Start a group of ranks once, then drive them one command at a time over a loopback control store.
 
 The benchmark process (asv's, the CLI's) keeps the ranks alive between commands, so what a figure times is the
-ranks' work, not process starts. How it is put together:
-
-- **Processes.** Each rank is a fresh interpreter (``subprocess`` with exec: nothing is forked from the benchmark
-  process, so no CUDA state is inherited), given torchrun's environment contract (RANK, LOCAL_RANK, WORLD_SIZE,
-  MASTER_ADDR, MASTER_PORT), started and stopped with its process group by the one launcher, `pitfalls.processes`,
-  which signals no rank once it is reaped (its pid may be another's by then).
-- **Nothing listens beyond this machine.** One store, `control.loopback_store`, listens on 127.0.0.1 only and is
-  both the control channel and the ranks' rendezvous (``TORCHELASTIC_USE_AGENT_STORE``: no rank hosts a store of
-  its own); the ranks' gloo and nccl sockets are pinned to the loopback interface (``GLOO_SOCKET_IFNAME``,
-  ``NCCL_SOCKET_IFNAME``). Every key starts with a per-run secret (see `control`). torchrun is not used here: its
-  agent's store listens on every interface and no option of torch 2.13 or 2.14 binds it to loopback.
-- **Failures end the run.** A rank that raises writes its traceback under ``<secret>/error``; a watcher thread per
-  rank wakes the caller when that rank exits; a rank that does not answer within ``step_timeout_s`` is sent
-  SIGUSR1 and writes its stack. Then every rank is stopped and `RankFailed` carries the account (the timeouts
-  nest: see `STEP_TIMEOUT_S`).
-- **Nothing is left behind.** `RankGroup.close` asks the ranks to stop, then terminates and kills the groups left;
-  if the group is never closed, a finalizer does the same, and ranks whose driving process is gone exit on their
-  own (`server`).
+ranks' work, not process starts. Each rank is a fresh interpreter (nothing is forked, so no CUDA state is
+inherited) given torchrun's environment contract, started and stopped with its process group by
+`pitfalls.processes`. One store on 127.0.0.1 only (`control`) is both the control channel and the ranks'
+rendezvous, and their gloo and nccl sockets are pinned to loopback: torchrun is not used, as its agent's store
+listens on every interface. A rank that raises, exits or does not answer in time (it is then sent SIGUSR1 and
+writes its stack) ends the run: every rank is stopped and `RankFailed` carries the account. A group never closed
+is stopped by a finalizer, and ranks whose driving process is gone exit on their own (`server`).
 """
 
 from __future__ import annotations

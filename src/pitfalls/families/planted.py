@@ -90,16 +90,10 @@ def planted(x: torch.Tensor, ms: float, items: int, mib: int) -> torch.Tensor:
     return x.sum()
 
 
-def _cost(variant: str, params: dict[str, Any]) -> tuple[float, int]:
-    """(busy-wait ms, `.item()` calls) of one call of the variant."""
-    t = params["ms"]
-    if variant == FLOOR:
-        return 0, 0
-    return (2 * t, params["items"]) if variant == NAIVE else (t, 0)
-
-
 def build(variant: str, device: torch.device, compiled: bool, params: dict[str, Any]) -> Case:
-    ms, items = _cost(variant, params)
+    t = params["ms"]
+    # (busy-wait ms, `.item()` calls) of one call of the variant.
+    ms, items = {NAIVE: (2 * t, params["items"]), HALF: (t, 0), FLOOR: (0, 0)}[variant]
     x = torch.arange(8, dtype=torch.float32, device=device)
 
     def fn(values: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,7 @@ docs/families/sampler.md.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -336,10 +336,6 @@ def build(variant: str, device: torch.device, compiled: bool, params: dict[str, 
                 (call.features, call.labels, call.num_samples))
 
 
-def estimate(params: Mapping[str, Any]) -> int:
-    return estimate_sample_bytes(params["n"], params["batch"], params["feature_dim"])
-
-
 # The article's sweep: N from 1e3 to 1e7, one row per call and a batch of 32 rows per call.
 ARTICLE_N = (1_000, 10_000, 100_000, 1_000_000, 10_000_000)
 ARTICLE_BATCH = 32
@@ -357,7 +353,7 @@ FAMILY = Family(
               kind=int),
     ),
     builder=build,
-    estimate=estimate,
+    estimate=lambda params: estimate_sample_bytes(params["n"], params["batch"], params["feature_dim"]),
     comparer=compare,
     smoke={"n": 1_000, "batch": 1},
     grids={

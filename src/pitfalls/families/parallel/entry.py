@@ -93,19 +93,14 @@ def check_devices(variant: str, device: torch.device, world_size: int) -> None:
 FIGURE_STEPS = 10
 
 
-def case_devices(case: Case) -> list[torch.device]:
-    """The devices a case's step runs on, rank 0's first."""
-    if case.variant == SINGLE or case.device.type != "cuda":
-        return [case.device]
-    return [torch.device("cuda", i) for i in range(int(case.params["world_size"]))]
-
-
 def busy_per_device(case: Case, seconds: float) -> tuple[float, ...] | Unavailable:
     """NVML's GPU utilization (mean %) of each of the case's devices while it loops for ``seconds``."""
     if case.device.type != "cuda":
         return Unavailable(f"case runs on {case.device}: no GPU for NVML to read")
+    # The devices the step runs on, rank 0's first.
+    devices = [torch.device("cuda", i) for i in range(int(case.params["world_size"]))]
     busy = []
-    for summary in nvml_windows(case, case_devices(case), seconds):
+    for summary in nvml_windows(case, [case.device] if case.variant == SINGLE else devices, seconds):
         mean = utilization(summary)
         if isinstance(mean, Unavailable):
             return mean
@@ -346,12 +341,12 @@ def own_figures(case: Case) -> list[OwnFigure]:
     """The family's own figures of a built case, for ``pitfalls probe`` (bench_parallel.Ranks has the same)."""
     figures = measure_figures(case)
     return [
-        (STEP_TIME_FIGURE, _ms(figures.step_s), "ms",
+        (STEP_TIME_FIGURE, _scaled(figures.step_s, 1e3), "ms",
          f"the slowest process's median of {FIGURE_STEPS} steps timed in it"),
         (SAMPLES_PER_SECOND_FIGURE, figures.samples_per_s, "samples/s", "the global batch over the step time"),
-        (RANK0_MEMORY_FIGURE, _mib(figures.rank0_memory()), "MiB",
+        (RANK0_MEMORY_FIGURE, _scaled(figures.rank0_memory(), 2**-20), "MiB",
          f"CUDA max allocated on a GPU; on the CPU the {STEP_PEAK}, above its start (torch.profiler)"),
-        (OTHERS_MEMORY_FIGURE, _mib(figures.others_memory()), "MiB", "their mean"),
+        (OTHERS_MEMORY_FIGURE, _scaled(figures.others_memory(), 2**-20), "MiB", "their mean"),
         (IMBALANCE_FIGURE, figures.memory_imbalance(), "x",
          "rank 0 over the others (DataParallel: GPU 0 holds more)"),
         (IN_FLIGHT_FIGURE, figures.communication_s, "s",
@@ -363,12 +358,8 @@ def own_figures(case: Case) -> list[OwnFigure]:
     ]
 
 
-def _mib(value: float | Unavailable) -> float | Unavailable:
-    return value if isinstance(value, Unavailable) else value / 2**20
-
-
-def _ms(value: float | Unavailable) -> float | Unavailable:
-    return value if isinstance(value, Unavailable) else value * 1e3
+def _scaled(value: float | Unavailable, unit: float) -> float | Unavailable:
+    return value if isinstance(value, Unavailable) else value * unit
 
 
 FAMILY = Family(

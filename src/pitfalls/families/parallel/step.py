@@ -6,6 +6,7 @@ one step and measures its time, peak memory and communication.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import socket
 import time
@@ -289,16 +290,6 @@ def scaling_efficiency(variant: str, world_size: int, figures: ParallelFigures,
     return figures.samples_per_s / (world_size * one_rank.samples_per_s)
 
 
-def _union_seconds(intervals: Sequence[tuple[float, float]]) -> float:
-    """Length of the union of [start, end) intervals given in microseconds, in seconds."""
-    total, reach = 0.0, float("-inf")
-    for start, end in sorted(intervals):
-        if end > reach:
-            total += end - max(start, reach)
-            reach = end
-    return total / 1e6
-
-
 def allocated_peak(events: Sequence[Any]) -> int:
     """Bytes torch's CPU allocator held at the high point of a profiled window, above what it held at its start.
 
@@ -309,11 +300,8 @@ def allocated_peak(events: Sequence[Any]) -> int:
     Returns:
         The largest running sum of those, in time order; 0 when nothing was held beyond the start.
     """
-    held = peak = 0
-    for event in sorted((e for e in events if e.self_cpu_memory_usage), key=lambda e: e.time_range.start):
-        held += event.self_cpu_memory_usage
-        peak = max(peak, held)
-    return peak
+    ordered = sorted((e for e in events if e.self_cpu_memory_usage), key=lambda e: e.time_range.start)
+    return max(itertools.accumulate((e.self_cpu_memory_usage for e in ordered), initial=0))
 
 
 def communication_seconds(events: Sequence[Any], on_gpu: bool) -> float:
@@ -324,16 +312,17 @@ def communication_seconds(events: Sequence[Any], on_gpu: bool) -> float:
         on_gpu: read the device's nccl kernels and peer copies; else gloo's collectives on the CPU.
 
     Returns:
-        Seconds.
+        Seconds: the length of the union of the events' [start, end) intervals.
     """
     prefixes = _GPU_COMMUNICATION if on_gpu else _CPU_COMMUNICATION
     wanted = torch.autograd.DeviceType.CUDA if on_gpu else torch.autograd.DeviceType.CPU
-    intervals = [
-        (event.time_range.start, event.time_range.end)
-        for event in events
-        if event.device_type == wanted and event.name.startswith(prefixes)
-    ]
-    return _union_seconds(intervals)
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted((e.time_range.start, e.time_range.end) for e in events
+                             if e.device_type == wanted and e.name.startswith(prefixes)):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total / 1e6  # the profiler's times are microseconds
 
 
 class Trainer:
