@@ -1,13 +1,6 @@
 """What a published figure is, measured one way wherever it is published: asv, `pitfalls calibrate`, the GPU proof
-and the budgeted GPU run all call these, each with its own sizes.
-
-- a case built once per process and warmed up (`case`), one call of it synchronized (`step`);
-- the one speedup routine (`speedup`: call by call, or by steady-state blocks for cases with workers or ranks);
-- sync hazards and real CUDA syncs per call (`sync_hazards`, `cuda_syncs`);
-- the one NVML window (`nvml_window`, `nvml_mean`) and CUDA's peak memory of a call (`cuda_peak_mib`);
-- torch.compile's figures with cold caches (`compile_figures`);
-- one table of a figure over every parameter set, measured in one process, and its lookup (`case_table`,
-  `lookup`).
+and the budgeted GPU run all call these, each with its own sizes (a case built once per process and warmed up, the
+one speedup routine, syncs, the one NVML window, peak memory, torch.compile's figures, a table over parameter sets).
 
 A figure that cannot be measured here is a `SkipCase` with the reason (a case) or an `Unavailable` (one figure),
 never a 0; the asv suite turns them into n/a (benchmarks/common.py).

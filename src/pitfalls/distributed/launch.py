@@ -60,9 +60,7 @@ class RankFailed(RuntimeError):
     """A rank raised, died, or did not report in time; the message holds its error, traceback or stack."""
 
 
-def _describe_exit(rank: int, pid: int, code: int | None) -> str:
-    if code is None:
-        return f"rank {rank} (pid {pid}) is still running"
+def _describe_exit(rank: int, pid: int, code: int) -> str:
     if code < 0:
         return f"rank {rank} (pid {pid}) was killed by {signal.Signals(-code).name}"
     return f"rank {rank} (pid {pid}) exited with code {code}"
