@@ -115,7 +115,7 @@ class DividesByAtLeastOne(probes.CopyOnWrite):
 
 def no_figure_without_reads(kind: type[probes.CopyOnWrite]) -> None:
     """What every copy-on-write figure must do when the window read nothing: say n/a, not 0."""
-    nothing = kind(startup=(5 << 20, 5 << 20), window=(0, 0), items_read=0, storage="list")
+    nothing = kind(window=(0, 0), items_read=0)
     assert isinstance(nothing.per_item, Unavailable), nothing.per_item
 
 
@@ -147,7 +147,7 @@ def test_copy_on_write_with_nothing_read_is_na_and_the_old_formula_is_caught() -
     no_figure_without_reads(probes.CopyOnWrite)
     with pytest.raises(AssertionError):
         no_figure_without_reads(DividesByAtLeastOne)
-    read = probes.CopyOnWrite(startup=(0,), window=(8 << 20,), items_read=2048, storage="list")
+    read = probes.CopyOnWrite(window=(8 << 20,), items_read=2048)
     assert read.per_item == 4096
 
 

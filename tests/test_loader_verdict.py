@@ -265,7 +265,7 @@ def test_epoch_starts_without_workers_or_a_loader() -> None:
 
 
 def cow(window: tuple[int, ...], items: int = 64) -> probes.CopyOnWrite:
-    return probes.CopyOnWrite(startup=(0,) * len(window), window=window, items_read=items, storage="list")
+    return probes.CopyOnWrite(window=window, items_read=items)
 
 
 def test_a_copy_on_write_growth_below_the_noise_floor_is_na() -> None:

@@ -562,7 +562,7 @@ def test_nothing_a_running_group_opened_listens_beyond_loopback(no_process_left)
         group = case.call
         case()  # the process group and DDP's gloo sockets are up
         opened = sorted(set(listening([os.getpid(), *group.rank_pids])) - before)
-        assert (LOOPBACK, group.group.port) in opened
+        assert (LOOPBACK, group.port) in opened
         assert [a for a in opened if a[0] not in ("127.0.0.1", "::1")] == [], opened
     finally:
         case.close()
@@ -576,7 +576,7 @@ def test_the_control_store_listens_on_loopback_and_wants_the_run_s_secret(no_pro
     group = DdpGroup(StepConfig(world_size=1, batch=1, image_size=8), "cpu")
     try:
         # Another local client that finds the port, without the secret, writes commands nobody reads.
-        intruder = TCPStore(LOOPBACK, group.group.port, is_master=False, timeout=datetime.timedelta(seconds=5))
+        intruder = TCPStore(LOOPBACK, group.port, is_master=False, timeout=datetime.timedelta(seconds=5))
         intruder.set("cmd/1", "stop")
         intruder.set("/cmd/1", "stop")
         assert math.isfinite(group())

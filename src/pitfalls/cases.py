@@ -11,7 +11,7 @@ from typing import Any
 from pitfalls.family import Case, SkipCase
 from pitfalls.registry import family as family_entry
 
-__all__ = ["Case", "SkipCase", "build_case", "estimate_bytes", "smoke_case"]
+__all__ = ["Case", "SkipCase", "build_case", "smoke_case"]
 
 
 def build_case(family: str, variant: str, *, device: str = "cpu", compiled: bool = False, **params: Any) -> Case:
@@ -38,8 +38,3 @@ def smoke_case(family: str, variant: str, *, device: str = "cpu") -> Case:
     """Build one case at the family's smoke size: small, for checks that do not depend on size."""
     entry = family_entry(family)
     return entry.build(variant, device=device, **entry.smoke)
-
-
-def estimate_bytes(family: str, params: dict[str, Any]) -> int:
-    """Estimate the peak bytes of a case from its parameters, before anything is allocated."""
-    return family_entry(family).estimate_bytes(params)

@@ -65,10 +65,8 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[red]device {', '.join(missing)} is not available here; available: {available}")
         return 2
     rows = check_all(devices, tuple(args.family) if args.family else None)
-    table = Table(title=f"every variant against its family's naive variant ({', '.join(devices)})")
-    columns = ("family", "variant", "device", "matches naive", "max abs diff", "sync hazards", "syncs", "detail")
-    for column in columns:
-        table.add_column(column)
+    table = Table("family", "variant", "device", "matches naive", "max abs diff", "sync hazards", "syncs", "detail",
+                  title=f"every variant against its family's naive variant ({', '.join(devices)})")
     notes = set()
     for row in rows:
         if row.skipped:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import PurePath
-from types import TracebackType
 
 from pitfalls.probes.rewrites import describe
 from pitfalls.probes.sites import HazardLocator, HazardSite, LocatedHazards
@@ -71,9 +70,8 @@ class SyncHazardGuard:
         entries = tuple(allow)
         bad = [entry for entry in entries if not isinstance(entry, str) or not entry]
         if bad:
-            raise TypeError(
-                f"allow entries must be non-empty strings (an op, 'FILE:LINE', 'FILE:FUNCTION'), got {bad!r}"
-            )
+            raise TypeError(f"allow entries must be non-empty strings (an op, 'FILE:LINE', 'FILE:FUNCTION'), "
+                            f"got {bad!r}")
         self.allow = frozenset(entries)
         self._locator = HazardLocator()
         self.result: LocatedHazards | None = None
@@ -83,12 +81,7 @@ class SyncHazardGuard:
         self._locator.__enter__()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         __tracebackhide__ = True  # pytest shows the user's `with` line, not this frame
         self._locator.__exit__()
         self.result = self._locator.result

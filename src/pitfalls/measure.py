@@ -1,13 +1,6 @@
 """What a published figure is, measured one way wherever it is published: asv, `pitfalls calibrate`, the GPU proof
-and the budgeted GPU run all call these, each with its own sizes.
-
-- a case built once per process and warmed up (`case`), one call of it synchronized (`step`);
-- the one speedup routine (`speedup`: call by call, or by steady-state blocks for cases with workers or ranks);
-- sync hazards and real CUDA syncs per call (`sync_hazards`, `cuda_syncs`);
-- the one NVML window (`nvml_window`, `nvml_mean`) and CUDA's peak memory of a call (`cuda_peak_mib`);
-- torch.compile's figures with cold caches (`compile_figures`);
-- one table of a figure over every parameter set, measured in one process, and its lookup (`case_table`,
-  `lookup`).
+and the budgeted GPU run all call these, each with its own sizes (a case built once per process and warmed up, the
+one speedup routine, syncs, the one NVML window, peak memory, torch.compile's figures, a table over parameter sets).
 
 A figure that cannot be measured here is a `SkipCase` with the reason (a case) or an `Unavailable` (one figure),
 never a 0; the asv suite turns them into n/a (benchmarks/common.py).
@@ -23,20 +16,21 @@ from typing import Any, TypeVar
 
 import torch
 
-from pitfalls.cases import build_case, estimate_bytes
+from pitfalls.cases import build_case
 from pitfalls.devices import cuda_available, fits, resolve_device, synchronize
 from pitfalls.family import Case, SkipCase
 from pitfalls.probes.compiled import compile_failure_reason, compile_probe
 from pitfalls.probes.nvml import NvmlSummary, nvml_windows
 from pitfalls.probes.syncs import count_cuda_syncs, count_hazards
 from pitfalls.probes.timing import BLOCKED_SECONDS, Speedup, case_speedup
+from pitfalls.registry import family as family_entry
 from pitfalls.result import Unavailable
 from pitfalls.units import MIB
 
 __all__ = ["MODES", "NVML_WINDOW_S", "SPEEDUP_BLOCKS", "SPEEDUP_ROUNDS", "WARMUP_CALLS", "CompileFigures",
            "case", "case_table", "cold_compile_cache", "compile_figures", "compile_table", "compiled",
            "cuda_peak_mib", "cuda_syncs", "initialize_compiler", "lookup", "nvml_mean", "nvml_window",
-           "parameter_sets", "speedup", "step", "sync_hazards"]
+           "speedup", "step", "sync_hazards"]
 
 T = TypeVar("T")
 MODES = ("eager", "compiled")
@@ -184,7 +178,7 @@ def _fitting(family: str, device: str, sweep: Sequence[dict[str, Any]]) -> list[
     where = resolve_device(device)
     kept, reasons = [], []
     for sizes in sweep:
-        ok, reason = fits(where, estimate_bytes(family, sizes))
+        ok, reason = fits(where, family_entry(family).estimate_bytes(sizes))
         if ok:
             kept.append(sizes)
         else:
@@ -241,13 +235,6 @@ def compile_figures(family: str, variant: str, device: str, sweep: Sequence[dict
                           recompiles=report.recompiled_graphs)
 
 
-def parameter_sets(param_names: Sequence[str], params: Sequence[Sequence[Any]]
-                   ) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:
-    """Every parameter set of an asv class: (the values as asv passes them to ``setup``, the same by name)."""
-    for values in itertools.product(*params):
-        yield values, dict(zip(param_names, values, strict=True))
-
-
 def case_table(measure: Callable[..., T], param_names: Sequence[str],
                params: Sequence[Sequence[Any]]) -> dict[tuple[Any, ...], T | str]:
     """``measure(**named)`` of every parameter set, measured one after the other in this process, or the reason a
@@ -257,9 +244,9 @@ def case_table(measure: Callable[..., T], param_names: Sequence[str],
     benchmark's ``setup_cache`` measures once per run, each figure then looked up per set (`lookup`).
     """
     table: dict[tuple[Any, ...], T | str] = {}
-    for values, named in parameter_sets(param_names, params):
+    for values in itertools.product(*params):  # every parameter set, as asv passes them to ``setup``
         try:
-            table[values] = measure(**named)
+            table[values] = measure(**dict(zip(param_names, values, strict=True)))
         except SkipCase as skip:
             table[values] = skip.reason
     return table

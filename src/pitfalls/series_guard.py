@@ -75,9 +75,6 @@ def save_pins(pins: dict[str, Pin], path: Path | None = None) -> None:
     """Write the pinned series (to `PINS_FILE` unless ``path``), sorted by name, one entry per benchmark."""
     raw = {name: {k: v for k, v in dataclasses.asdict(pin).items() if v or k != "restarts"}
            for name, pin in sorted(pins.items())}
-    for entry in raw.values():
-        if "restarts" in entry:
-            entry["restarts"] = list(entry["restarts"])
     (path or PINS_FILE).write_text(json.dumps(raw, indent=2) + "\n")
 
 
@@ -88,8 +85,7 @@ def _code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
             yield from _code_objects(const)
 
 
-def _reached_module(obj: Any, modules: tuple[str, ...]) -> bool:
-    name = getattr(obj, "__module__", None) or ""
+def _in_modules(name: str, modules: tuple[str, ...]) -> bool:
     return any(name == m or name.startswith(m + ".") for m in modules)
 
 
@@ -132,17 +128,13 @@ def reached(functions: Iterable[Any], modules: tuple[str, ...], owners: tuple[ty
         found += [getattr(getattr(owner, n), "__func__", getattr(owner, n)) for owner in owners for n in names
                   if hasattr(owner, n)]
         for value in list(found):
-            if isinstance(value, types.ModuleType) and _reached_module(types.SimpleNamespace(__module__=value.__name__),
-                                                                       modules):
+            if isinstance(value, types.ModuleType) and _in_modules(value.__name__, modules):
                 found += [getattr(value, n) for n in names if hasattr(value, n)]
         for value in found:
-            if isinstance(value, types.ModuleType) or not _reached_module(value, modules):
-                continue
-            if not (isinstance(value, types.FunctionType) or inspect.isclass(value)):
-                continue
-            if id(value) not in seen:
-                seen[id(value)] = value
-            todo.extend(_functions_of(value))
+            if (isinstance(value, types.FunctionType) or inspect.isclass(value)) and _in_modules(
+                    value.__module__ or "", modules):
+                seen.setdefault(id(value), value)
+                todo.extend(_functions_of(value))
     objects = list(seen.values())
     return sorted(objects, key=lambda o: (o.__module__, o.__qualname__))
 
@@ -177,7 +169,8 @@ def method_hash(benchmark: Any) -> str:
     starts = [benchmark.func, *benchmark._setups, benchmark._setup_cache]
     own_package = getattr(benchmark.func, "__func__", benchmark.func).__module__.partition(".")[0]
     parts = [benchmark.code]
-    owner = _benchmark_class(benchmark)
+    bound = getattr(benchmark.func, "__self__", None)  # asv binds a class's benchmark to an instance
+    owner = None if bound is None else type(bound)
     for obj in reached(starts, (own_package, *FIGURE_PACKAGES), () if owner is None else (owner,)):
         parts.append(f"# {obj.__module__}.{obj.__qualname__}\n{inspect.getsource(obj)}")
     family = getattr(owner, "family", "")
@@ -185,11 +178,6 @@ def method_hash(benchmark: Any) -> str:
         for module in family_modules(family):
             parts.append(f"# {module.__name__}\n{inspect.getsource(module)}")
     return code_fingerprint("\n\n".join(parts))
-
-
-def _benchmark_class(benchmark: Any) -> Any:
-    owner = getattr(benchmark.func, "__self__", None)  # asv binds a class's benchmark to an instance
-    return None if owner is None else type(owner)
 
 
 def discovered(names: Iterable[str] | None = None, root: Path = BENCHMARKS) -> dict[str, Any]:
@@ -254,8 +242,6 @@ def main(argv: list[str] | None = None) -> int:
         require_checkout(COMMAND)
     except NoCheckout as error:
         parser.exit(2, f"{COMMAND}: {error}\n")
-    if args.action == "pin":
-        return _pin(args.names)
     if args.action == "check":
         pins = load_pins(args.benchmarks / PINS_FILE.name)
         found = drifts(pins, discovered(pins, args.benchmarks))
@@ -267,37 +253,23 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [name for name in args.names if name not in pins]
     if unknown and args.action == "record":
         parser.exit(2, f"{COMMAND}: not a pinned benchmark: {', '.join(unknown)}; allowed: {', '.join(pins)}\n")
-    benchmarks = discovered(args.names)
+    benchmarks = discovered(args.names or None)
+    names = args.names or [name for name in benchmarks if name not in pins]  # pin: every benchmark not pinned yet
     # restart also pins a benchmark that had asv's own version (a method changed in a helper asv never hashed).
-    missing = [name for name in args.names if name not in benchmarks]
+    missing = [name for name in names if name not in benchmarks]
     if missing:
         parser.exit(2, f"{COMMAND}: not a benchmark of the suite: {', '.join(missing)}\n")
-    for name in args.names:
+    for name in names:
         now = method_hash(benchmarks[name])
         pin = pins.get(name, Pin(version=benchmarks[name].version, method=""))
         if args.action == "record":
             pins[name] = dataclasses.replace(pin, method=now)
+        elif args.action == "pin":
+            pins[name] = dataclasses.replace(pin, version=benchmarks[name].version, method=now)
         else:
             restarted = (*pin.restarts, {"commit": args.commit, "previous": pin.version, "why": args.why})
             pins[name] = Pin(version=now, method=now, restarts=restarted)
         print(f"{name}: version {pins[name].version[:12]}, method {now[:12]}")
-    save_pins(pins)
-    return 0
-
-
-def _pin(names: list[str]) -> int:
-    pins = load_pins()
-    benchmarks = discovered()
-    wanted = names or [name for name in benchmarks if name not in pins]
-    missing = [name for name in wanted if name not in benchmarks]
-    if missing:
-        print(f"{COMMAND}: not a benchmark of the suite: {', '.join(missing)}", file=sys.stderr)
-        return 2
-    for name in wanted:
-        held = pins.get(name)
-        pins[name] = Pin(version=benchmarks[name].version, method=method_hash(benchmarks[name]),
-                         restarts=held.restarts if held is not None else ())
-        print(f"{name}: version {pins[name].version[:12]} pinned")
     save_pins(pins)
     return 0
 

@@ -13,14 +13,12 @@ local user who finds the port cannot guess where to write a command.
 from __future__ import annotations
 
 import datetime
-import os
-import secrets
 import socket
 
 from torch.distributed import TCPStore
 
-__all__ = ["CONTROL_ENV", "LAUNCHER_ENV", "LOOPBACK", "PART_BYTES", "SECRET_ENV", "control_from_env", "get_value",
-           "loopback_store", "new_secret", "set_value"]
+__all__ = ["CONTROL_ENV", "LAUNCHER_ENV", "LOOPBACK", "PART_BYTES", "SECRET_ENV", "get_value",
+           "loopback_store", "set_value"]
 
 LOOPBACK = "127.0.0.1"
 CONTROL_ENV = "PITFALLS_GROUP_CONTROL"
@@ -47,18 +45,6 @@ def loopback_store(timeout_s: float) -> TCPStore:
     fd = listener.detach()
     return TCPStore(LOOPBACK, port, is_master=True, wait_for_workers=False,
                     timeout=datetime.timedelta(seconds=timeout_s), master_listen_fd=fd)
-
-
-def new_secret() -> str:
-    """A key prefix nobody can guess: 128 random bits."""
-    return secrets.token_hex(16)
-
-
-def control_from_env(timeout_s: float) -> tuple[TCPStore, str]:
-    """The rank's client of its group's control store, and the run's secret, from the environment."""
-    host, _, port = os.environ[CONTROL_ENV].rpartition(":")
-    store = TCPStore(host, int(port), is_master=False, timeout=datetime.timedelta(seconds=timeout_s))
-    return store, os.environ[SECRET_ENV]
 
 
 def set_value(store: TCPStore, key: str, value: bytes) -> None:

@@ -1,25 +1,13 @@
 """Start a group of ranks once, then drive them one command at a time over a loopback control store.
 
 The benchmark process (asv's, the CLI's) keeps the ranks alive between commands, so what a figure times is the
-ranks' work, not process starts. How it is put together:
-
-- **Processes.** Each rank is a fresh interpreter (``subprocess`` with exec: nothing is forked from the benchmark
-  process, so no CUDA state is inherited), given torchrun's environment contract (RANK, LOCAL_RANK, WORLD_SIZE,
-  MASTER_ADDR, MASTER_PORT), started and stopped with its process group by the one launcher, `pitfalls.processes`,
-  which signals no rank once it is reaped (its pid may be another's by then).
-- **Nothing listens beyond this machine.** One store, `control.loopback_store`, listens on 127.0.0.1 only and is
-  both the control channel and the ranks' rendezvous (``TORCHELASTIC_USE_AGENT_STORE``: no rank hosts a store of
-  its own); the ranks' gloo and nccl sockets are pinned to the loopback interface (``GLOO_SOCKET_IFNAME``,
-  ``NCCL_SOCKET_IFNAME``). Every key starts with a per-run secret (see `control`). torchrun is not used here: its
-  agent's store listens on every interface and no option of torch 2.13 or 2.14 binds it to loopback.
-- **Failures end the run.** A rank that raises writes its traceback under ``<secret>/error``; a watcher thread per
-  rank wakes the caller when that rank exits; a rank that does not answer within ``step_timeout_s`` is sent
-  SIGUSR1 and writes its stack. Then every rank is stopped and `RankFailed` carries the account. Timeouts nest:
-  a command's (``step_timeout_s``) is shorter than the ranks' process group's, which is shorter than asv's
-  benchmark timeout, so the group, not asv, ends a hang and the stack is kept.
-- **Nothing is left behind.** `RankGroup.close` asks the ranks to stop, then terminates and kills the groups left;
-  if the group is never closed, a finalizer does the same, and ranks whose driving process is gone exit on their
-  own (`server`).
+ranks' work, not process starts. Each rank is a fresh interpreter (nothing is forked, so no CUDA state is
+inherited) given torchrun's environment contract, started and stopped with its process group by
+`pitfalls.processes`. One store on 127.0.0.1 only (`control`) is both the control channel and the ranks'
+rendezvous, and their gloo and nccl sockets are pinned to loopback: torchrun is not used, as its agent's store
+listens on every interface. A rank that raises, exits or does not answer in time (it is then sent SIGUSR1 and
+writes its stack) ends the run: every rank is stopped and `RankFailed` carries the account. A group never closed
+is stopped by a finalizer, and ranks whose driving process is gone exit on their own (`server`).
 """
 
 from __future__ import annotations
@@ -27,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -34,8 +23,8 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
-from typing import IO
+from collections.abc import Sequence
+from typing import IO, TypeVar
 
 from torch.distributed import DistStoreError, TCPStore
 
@@ -47,7 +36,6 @@ from pitfalls.distributed.control import (
     SECRET_ENV,
     get_value,
     loopback_store,
-    new_secret,
 )
 
 __all__ = ["PROCESS_GROUP_TIMEOUT_S", "RankFailed", "RankGroup", "START_TIMEOUT_S", "STEP_TIMEOUT_S"]
@@ -65,13 +53,14 @@ _LOG_TAIL_LINES = 60
 _LOG_TAIL_BYTES = 64 * 1024
 
 
+G = TypeVar("G", bound="RankGroup")
+
+
 class RankFailed(RuntimeError):
     """A rank raised, died, or did not report in time; the message holds its error, traceback or stack."""
 
 
-def _describe_exit(rank: int, pid: int, code: int | None) -> str:
-    if code is None:
-        return f"rank {rank} (pid {pid}) is still running"
+def _describe_exit(rank: int, pid: int, code: int) -> str:
     if code < 0:
         return f"rank {rank} (pid {pid}) was killed by {signal.Signals(-code).name}"
     return f"rank {rank} (pid {pid}) exited with code {code}"
@@ -93,7 +82,6 @@ class RankGroup:
             `pitfalls.distributed.serve`.
         world_size: ranks.
         args: the rank's command-line arguments (its configuration; never a secret).
-        env: extra environment of every rank.
         threads: intra-op threads per rank (OMP_NUM_THREADS).
         start_timeout_s: seconds for every rank to report ready.
         step_timeout_s: seconds for every rank to answer one command.
@@ -102,20 +90,19 @@ class RankGroup:
         RankFailed: a rank failed while starting.
     """
 
-    def __init__(self, entry: Sequence[str], world_size: int, *, args: Sequence[str] = (),
-                 env: Mapping[str, str] | None = None, threads: int = 1, start_timeout_s: float = START_TIMEOUT_S,
-                 step_timeout_s: float = STEP_TIMEOUT_S) -> None:
+    def __init__(self, entry: Sequence[str], world_size: int, *, args: Sequence[str] = (), threads: int = 1,
+                 start_timeout_s: float = START_TIMEOUT_S, step_timeout_s: float = STEP_TIMEOUT_S) -> None:
         if world_size < 1:
             raise ValueError(f"world_size={world_size} is not allowed; it must be an int >= 1")
         self.world_size = world_size
         self.step_timeout_s = step_timeout_s
         self._n = 0
         self._closed = False
-        self._secret = new_secret()
+        self._secret = secrets.token_hex(16)  # a key prefix nobody can guess: 128 random bits
         self._store = loopback_store(max(start_timeout_s, step_timeout_s))
         self.port = self._store.port
         common = {
-            **os.environ, **(env or {}),
+            **os.environ,
             "WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": str(world_size), "GROUP_RANK": "0",
             "MASTER_ADDR": LOOPBACK, "MASTER_PORT": str(self.port),
             # The ranks' process group joins this store as clients instead of rank 0 hosting one on every interface.
@@ -167,10 +154,6 @@ class RankGroup:
         text = os.pread(log.fileno(), size - start, start).decode("utf-8", errors="replace")
         return "\n".join(text.splitlines()[-_LOG_TAIL_LINES:])
 
-    def _outputs(self, ranks: Sequence[int]) -> str:
-        parts = [f"--- rank {rank} output (last lines) ---\n{tail}" for rank in ranks if (tail := self.log_tail(rank))]
-        return "\n".join(parts)
-
     def _fail(self, message: str, ranks: Sequence[int]) -> None:
         exits = []
         for rank, popen in enumerate(self.popens):
@@ -178,7 +161,8 @@ class RankGroup:
                 popen.wait(timeout=0.5)
             if popen.returncode is not None:
                 exits.append(_describe_exit(rank, popen.pid, popen.returncode))
-        account = "\n".join([message, *exits, self._outputs(ranks)]).strip()
+        outputs = [f"--- rank {r} output (last lines) ---\n{tail}" for r in ranks if (tail := self.log_tail(r))]
+        account = "\n".join([message, *exits, *outputs]).strip()
         self.close(graceful=False)
         raise RankFailed(account)
 
@@ -231,6 +215,12 @@ class RankGroup:
             self._fail(f"rank(s) {exited} exited before command {command!r}", exited)
         self._store.set(self._key(f"cmd/{self._n}"), command)
         return self._wait(self.step_timeout_s, repr(command))
+
+    def __enter__(self: G) -> G:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def close(self, *, graceful: bool = True) -> None:
         """Stop every rank and wait for them; safe to call twice."""

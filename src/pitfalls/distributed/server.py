@@ -25,9 +25,9 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 import psutil
-from torch.distributed import DistError, DistStoreError
+from torch.distributed import DistError, DistStoreError, TCPStore
 
-from pitfalls.distributed.control import LAUNCHER_ENV, control_from_env, set_value
+from pitfalls.distributed.control import CONTROL_ENV, LAUNCHER_ENV, SECRET_ENV, set_value
 
 __all__ = ["STOP", "Command", "serve"]
 
@@ -40,7 +40,10 @@ IDLE_CHECK_S = 60.0
 
 class _Server:
     def __init__(self) -> None:
-        self.store, self.secret = control_from_env(IDLE_CHECK_S)
+        # The group's control store, as a client, and the run's secret, from the environment.
+        host, _, port = os.environ[CONTROL_ENV].rpartition(":")
+        self.store = TCPStore(host, int(port), is_master=False, timeout=datetime.timedelta(seconds=IDLE_CHECK_S))
+        self.secret = os.environ[SECRET_ENV]
         self.rank = int(os.environ["RANK"])
         self.world_size = int(os.environ["WORLD_SIZE"])
         launcher = os.environ.get(LAUNCHER_ENV)

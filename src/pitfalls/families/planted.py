@@ -2,18 +2,9 @@
 
 A call of ``naive`` is 2T ms of host work and k ``.item()`` calls; one of ``half`` is T ms of work and no
 ``.item()``; the floor does neither. All touch ``mib`` MiB of fresh memory on the case's device and return the
-same value. So the suite's own figures must read: time per call T (or 2T) on a quiet machine, speedup of ``half``
-over ``naive`` 2.0, sync hazards k and 0, and a peak of ``mib`` MiB for one call. ``pitfalls calibrate`` runs the
-same cases through the same functions and judges the readings; asv publishes them, so the site shows each
-instrument's reading over commits, machines and versions.
-
-The work is a host busy-wait on the calling thread's CPU clock, as real work is a fixed amount of computing: on a
-loaded machine both variants stretch by the share of a core they get, and their ratio stays 2. A wait on the wall
-clock did not: a spinning process is parked for whole scheduling periods on a loaded machine, and a T and a 2T
-wait both end when it next runs (at load 5-6 on 2 cores the speedup read 1.01 at T = 5 ms, against 1.98 now).
-The memory is touched inside the planted work (single-threaded, on the same clock), not after it: touched after
-the wait it added its own time to both variants and diluted the planted 2.0 to (10 + 3.4) / (5 + 3.4) = 1.6 for
-16 MiB at T = 5 ms.
+same value, so time per call reads T (or 2T), the speedup 2.0, sync hazards k and 0, and the peak ``mib`` MiB. The
+work is the thread's CPU time with the memory touched inside it, not a wall-clock wait (why, as measured:
+docs/families/calibration.md).
 """
 
 from __future__ import annotations
@@ -99,16 +90,10 @@ def planted(x: torch.Tensor, ms: float, items: int, mib: int) -> torch.Tensor:
     return x.sum()
 
 
-def _cost(variant: str, params: dict[str, Any]) -> tuple[float, int]:
-    """(busy-wait ms, `.item()` calls) of one call of the variant."""
-    t = params["ms"]
-    if variant == FLOOR:
-        return 0, 0
-    return (2 * t, params["items"]) if variant == NAIVE else (t, 0)
-
-
 def build(variant: str, device: torch.device, compiled: bool, params: dict[str, Any]) -> Case:
-    ms, items = _cost(variant, params)
+    t = params["ms"]
+    # (busy-wait ms, `.item()` calls) of one call of the variant.
+    ms, items = {NAIVE: (2 * t, params["items"]), HALF: (t, 0), FLOOR: (0, 0)}[variant]
     x = torch.arange(8, dtype=torch.float32, device=device)
 
     def fn(values: torch.Tensor) -> torch.Tensor:

@@ -1,22 +1,16 @@
 """Article 004: a balanced positive/negative sampler, with dynamic shapes (naive) and static shapes.
 
-From N labelled items pick K (``num_samples``): K/2 positives (label 1) and K/2 negatives (label 0), topping
-up from the other class when one is short; any other label (e.g. -1) is never picked. With P positives and Q
-negatives: ``pos = min(P, K/2)``, ``neg = min(Q, K/2)``; if ``neg < K/2`` then ``pos = min(P, K - neg)``, elif
-``pos < K/2`` then ``neg = min(Q, K - pos)``. The subset of each class is uniformly random, as is the order.
-
-``nonzero`` follows Detectron2's sampler: ``nonzero`` + ``randperm`` + ``cat`` + index. Its output length is only
-known once the device has counted the labels, so the host waits, it cannot be compiled into one graph, and a
-batch must be looped over in Python. ``static`` keeps every shape fixed: it always returns K slots plus a
-``valid`` mask, so it takes a whole batch in one call and compiles into one graph.
-
-The floor is one ``topk`` over N random keys with no class logic: K items picked uniformly, the least any
-sampler of K out of N must do. It is a reference for the variants' times, not a variant.
+From N labelled items pick K (``num_samples``): K/2 positives (label 1) and K/2 negatives (label 0), the other
+class filling the gap when one is short; any other label is never picked. ``nonzero`` follows Detectron2's
+sampler, whose output length the host learns only once the device has counted (a sync per row, no single graph);
+``static`` keeps every shape fixed: K slots and a ``valid`` mask, a whole batch in one call. The floor is one
+``topk`` over N random keys, a reference, not a variant. The rule and how it departs from Detectron2's:
+docs/families/sampler.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -342,10 +336,6 @@ def build(variant: str, device: torch.device, compiled: bool, params: dict[str, 
                 (call.features, call.labels, call.num_samples))
 
 
-def estimate(params: Mapping[str, Any]) -> int:
-    return estimate_sample_bytes(params["n"], params["batch"], params["feature_dim"])
-
-
 # The article's sweep: N from 1e3 to 1e7, one row per call and a batch of 32 rows per call.
 ARTICLE_N = (1_000, 10_000, 100_000, 1_000_000, 10_000_000)
 ARTICLE_BATCH = 32
@@ -363,7 +353,7 @@ FAMILY = Family(
               kind=int),
     ),
     builder=build,
-    estimate=estimate,
+    estimate=lambda params: estimate_sample_bytes(params["n"], params["batch"], params["feature_dim"]),
     comparer=compare,
     smoke={"n": 1_000, "batch": 1},
     grids={

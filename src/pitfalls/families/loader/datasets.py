@@ -19,6 +19,8 @@ from pitfalls.families.loader.stores import make_store
 from pitfalls.families.loader.variants import VARIANTS
 from pitfalls.probes import pagecache
 
+# The host-side normalize of the variants that normalize per item: the device's module, so that normalizing on the
+# host and on the device differ only in where the arithmetic runs.
 _HOST_NORMALIZE = Normalize(MEAN, STD)
 
 
@@ -99,9 +101,8 @@ class EncodedInRam(SegmentationItems):
 
     def __init__(self, files: DataFiles, emit: Emit, storage: str) -> None:
         super().__init__(files, emit)
-        count = files.spec.items
-        self.images = make_store([read_bytes(files.image(i), i) for i in range(count)], storage)
-        self.masks = make_store([read_bytes(files.mask(i), i) for i in range(count)], storage)
+        self.images = make_store(encoded_items(files, files.image), storage)
+        self.masks = make_store(encoded_items(files, files.mask), storage)
 
     def load(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         where = f"the encoded bytes of {self.files.image(index).name}"
@@ -109,6 +110,11 @@ class EncodedInRam(SegmentationItems):
         mask = decode(self.masks[index], index, f"the encoded bytes of {self.files.mask(index).name}",
                       cv2.IMREAD_GRAYSCALE, self.mask_shape)
         return image, mask
+
+
+def encoded_items(files: DataFiles, path: Callable[[int], Path]) -> list[bytes]:
+    """Every file of one kind (``files.image`` or ``files.mask``), its bytes as read: what the encoded forms hold."""
+    return [read_bytes(path(i), i) for i in range(files.spec.items)]
 
 
 def decoded_items(files: DataFiles) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -137,8 +143,7 @@ class JpegInRam(Dataset[Any]):
 
     def __init__(self, files: DataFiles, storage: str) -> None:
         self.files = files
-        count = files.spec.items
-        self.images = make_store([read_bytes(files.image(i), i) for i in range(count)], storage)
+        self.images = make_store(encoded_items(files, files.image), storage)
         self.masks = make_store(decoded_items(files)[1], storage)
 
     def __len__(self) -> int:
@@ -155,9 +160,7 @@ class JpegDecodedOnHost(JpegInRam):
     uint8, so that the only difference from gpu_decode is where the decoder runs."""
 
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
-        data = self.images[index]
-        encoded = np.frombuffer(data, dtype=np.uint8) if isinstance(data, bytes) else data
-        image = decode(encoded, index, f"the JPEG bytes of {self.files.image(index).name}", cv2.IMREAD_COLOR,
+        image = decode(self.images[index], index, f"the JPEG bytes of {self.files.image(index).name}", cv2.IMREAD_COLOR,
                        (self.files.spec.image_size, self.files.spec.image_size, 3))
         return uint8_item(image, np.asarray(self.masks[index]))
 
@@ -167,24 +170,21 @@ def collate_encoded(items: list[tuple[Tensor, Tensor]]) -> tuple[list[Tensor], T
     return [image for image, _ in items], torch.stack([mask for _, mask in items])
 
 
-
 def make_dataset(variant: str, files: DataFiles, storage: str,
                  cache: str = "warm") -> tuple[Dataset[Any], Callable[[list[Any]], Any]]:
     """A variant's data set and collate function; ``cache="cold"`` makes the rungs that read files read each
     from the disk (see `SegmentationItems`)."""
-    if variant == "naive":
-        return SourceFiles(files, float_item, cold=cache == "cold"), default_collate
-    if variant == "offline":
-        return OfflineFiles(files, float_item, cold=cache == "cold"), default_collate
-    if variant == "ram_encoded":
-        return EncodedInRam(files, float_item, storage), default_collate
-    if variant == "ram_decoded":
-        return DecodedInRam(files, float_item, storage), default_collate
-    if variant == "uint8":
-        return DecodedInRam(files, uint8_item, storage), default_collate
-    if variant == "host_decode":
-        return JpegDecodedOnHost(files, storage), default_collate
-    if variant == "gpu_decode":
-        return JpegInRam(files, storage), collate_encoded
-    raise ValueError(f"loader variant={variant!r} is not known; allowed: {', '.join(VARIANTS)}")
+    cold = cache == "cold"
+    rungs: dict[str, Callable[[], Dataset[Any]]] = {
+        "naive": lambda: SourceFiles(files, float_item, cold=cold),
+        "offline": lambda: OfflineFiles(files, float_item, cold=cold),
+        "ram_encoded": lambda: EncodedInRam(files, float_item, storage),
+        "ram_decoded": lambda: DecodedInRam(files, float_item, storage),
+        "uint8": lambda: DecodedInRam(files, uint8_item, storage),
+        "host_decode": lambda: JpegDecodedOnHost(files, storage),
+        "gpu_decode": lambda: JpegInRam(files, storage),
+    }
+    if variant not in rungs:
+        raise ValueError(f"loader variant={variant!r} is not known; allowed: {', '.join(VARIANTS)}")
+    return rungs[variant](), collate_encoded if variant == "gpu_decode" else default_collate
 

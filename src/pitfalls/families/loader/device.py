@@ -41,9 +41,6 @@ class Normalize(nn.Module):
         return (images.to(self.mean.dtype) - self.mean) * self.std
 
 
-# The host-side normalize of the variants that normalize per item: the same module, so that normalizing on the
-# host and on the device differ only in where the arithmetic runs.
-
 class Consumer(nn.Module):
     """The small model that consumes each batch: (normalize,) a 1x1 convolution to C classes, cross-entropy.
 
@@ -120,15 +117,30 @@ def torchvision_decoder(device: torch.device) -> JpegDecoder:
     return partial(decode_jpeg, mode=ImageReadMode.RGB, device=device)
 
 
+def _host_decoder(device: torch.device, to_rgb: Callable[[np.ndarray], np.ndarray]) -> JpegDecoder:
+    """A `JpegDecoder` that decodes each JPEG with OpenCV, turns its BGR pixels into RGB with ``to_rgb`` and copies
+    them to ``device`` as [3, S, S]."""
+
+    def decode_all(encoded: list[Tensor]) -> list[Tensor]:
+        return [torch.from_numpy(to_rgb(decode(t.numpy(), i, "a JPEG of the batch", cv2.IMREAD_COLOR)))
+                .permute(2, 0, 1).to(device) for i, t in enumerate(encoded)]
+
+    return decode_all
+
+
 def opencv_decoder(device: torch.device) -> JpegDecoder:
     """A stand-in for `torchvision_decoder` with the same contract, decoding on the host with OpenCV: it checks
     everything of gpu_decode but the device's decoder where that cannot run."""
+    return _host_decoder(device, lambda bgr: np.ascontiguousarray(bgr[..., ::-1]))
 
-    def decode_all(encoded: list[Tensor]) -> list[Tensor]:
-        images = [decode(t.numpy(), i, "a JPEG of the batch", cv2.IMREAD_COLOR) for i, t in enumerate(encoded)]
-        return [torch.from_numpy(np.ascontiguousarray(bgr[..., ::-1])).permute(2, 0, 1).to(device) for bgr in images]
 
-    return decode_all
+def _nearest_chroma(bgr: np.ndarray) -> np.ndarray:
+    """RGB pixels of a decoded image whose chroma is each 2 x 2 block's mean, repeated over the block."""
+    ycrcb = cv2.cvtColor(bgr, cv2.COLOR_BGR2YCrCb).astype(np.float32)
+    height, width = ycrcb.shape[:2]
+    blocks = ycrcb[:, :, 1:].reshape(height // 2, 2, width // 2, 2, 2).mean(axis=(1, 3))
+    ycrcb[:, :, 1:] = blocks.repeat(2, axis=0).repeat(2, axis=1)
+    return cv2.cvtColor(np.clip(np.rint(ycrcb), 0, 255).astype(np.uint8), cv2.COLOR_YCrCb2RGB)
 
 
 def nearest_chroma_decoder(device: torch.device) -> JpegDecoder:
@@ -139,17 +151,4 @@ def nearest_chroma_decoder(device: torch.device) -> JpegDecoder:
     block's mean chroma (the encoder's sample, to rounding) and repeats it over the block. At the gate's size it
     reads 13.2 grey levels from naive on average where an H200 read 12.3.
     """
-
-    def decode_all(encoded: list[Tensor]) -> list[Tensor]:
-        images = []
-        for i, tensor in enumerate(encoded):
-            ycrcb = cv2.cvtColor(decode(tensor.numpy(), i, "a JPEG of the batch", cv2.IMREAD_COLOR),
-                                 cv2.COLOR_BGR2YCrCb).astype(np.float32)
-            height, width = ycrcb.shape[:2]
-            blocks = ycrcb[:, :, 1:].reshape(height // 2, 2, width // 2, 2, 2).mean(axis=(1, 3))
-            ycrcb[:, :, 1:] = blocks.repeat(2, axis=0).repeat(2, axis=1)
-            rgb = cv2.cvtColor(np.clip(np.rint(ycrcb), 0, 255).astype(np.uint8), cv2.COLOR_YCrCb2RGB)
-            images.append(torch.from_numpy(rgb).permute(2, 0, 1).to(device))
-        return images
-
-    return decode_all
+    return _host_decoder(device, _nearest_chroma)

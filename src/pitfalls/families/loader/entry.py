@@ -3,8 +3,9 @@ instruments can place a case without importing the package that lists them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -15,6 +16,7 @@ from pitfalls.families.loader.variants import CACHES, VARIANTS, estimate
 from pitfalls.family import CUDA, NVML, SPEEDUP, TIME, Case, Family, Param
 
 NAME = "loader"
+T = TypeVar("T")
 
 
 def build(variant: str, device: torch.device, compiled: bool, params: dict[str, Any]) -> Case:
@@ -22,6 +24,21 @@ def build(variant: str, device: torch.device, compiled: bool, params: dict[str, 
     step = make_step(variant, device, params)
     return Case(NAME, variant, device, compiled, params, step, close=step.close, block=partial(steady.block, step))
 
+
+def read_case(variant: str, device: str, sizes: Mapping[str, Any], read: Callable[[Any], T], **options: Any) -> T:
+    """Build a case's step from a caller's arguments (`Family.place`), read it once with ``read`` (a figure's
+    routine; with ``start=False`` it starts the loader itself) and close it whatever the reading raised.
+
+    Args:
+        variant: a variant or the floor.
+        device: "cpu" or "cuda".
+        sizes: the family's parameters.
+        read: the figure's routine on the built step.
+        **options: `make_step`'s.
+    """
+    where, params = ENTRY.place(variant, device, sizes)
+    with make_step(variant, where, params, **options) as step:
+        return read(step)
 
 
 ENTRY = Family(

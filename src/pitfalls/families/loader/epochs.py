@@ -19,8 +19,8 @@ import torch
 from torch.utils.data import DataLoader, RandomSampler
 
 from pitfalls.devices import synchronize
-from pitfalls.families.loader.entry import ENTRY
-from pitfalls.families.loader.steps import LoaderStep, read_fresh
+from pitfalls.families.loader.entry import read_case
+from pitfalls.families.loader.steps import LoaderStep
 from pitfalls.families.loader.workers import shut_down
 from pitfalls.family import FLOOR, SkipCase
 from pitfalls.result import Unavailable
@@ -43,16 +43,10 @@ class EpochStarts:
 
 def one_epoch_loader(step: LoaderStep, *, persistent: bool) -> DataLoader[Any]:
     """A DataLoader like ``step``'s (data set, collate, workers and their options) whose sampler ends each epoch."""
-    loader = step.loader
-    options: dict[str, Any] = {}
-    if loader.num_workers:
-        options = {"prefetch_factor": loader.prefetch_factor, "timeout": loader.timeout,
-                   "worker_init_fn": loader.worker_init_fn, "multiprocessing_context": loader.multiprocessing_context,
-                   "persistent_workers": persistent}
-    dataset: Any = loader.dataset  # a map-style data set: sized
+    dataset: Any = step.loader.dataset  # a map-style data set: sized
     order = RandomSampler(dataset, generator=torch.Generator().manual_seed(int(step.params["seed"])))
-    return DataLoader(loader.dataset, batch_size=loader.batch_size, sampler=order, num_workers=loader.num_workers,
-                      collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, drop_last=True, **options)
+    return DataLoader(dataset, sampler=order, persistent_workers=persistent and step.loader.num_workers > 0,
+                      **step.loader_options)
 
 
 def epoch_start(loader: DataLoader[Any], deliver: Callable[[Any], object]) -> float:
@@ -86,8 +80,7 @@ def epoch_starts(variant: str, device: str, **sizes: Any) -> EpochStarts:
     """
     if variant == FLOOR:
         raise SkipCase("the floor has no loader: its batches are collated once, in RAM")
-    where, params = ENTRY.place(variant, device, sizes)
-    return read_fresh(variant, where, params, epoch_starts_of, start=False)
+    return read_case(variant, device, sizes, epoch_starts_of, start=False)
 
 
 def epoch_starts_of(step: LoaderStep) -> EpochStarts:

@@ -36,11 +36,8 @@ def jpeg_tolerance(variant: str) -> float:
 def delivered(variant: str, device: torch.device, params: Mapping[str, Any], batches: int = COMPARED_BATCHES,
               decoder: JpegDecoder | None = None) -> list[tuple[Tensor, Tensor]]:
     """The first ``batches`` batches a variant delivers to the device (normalized images, int64 masks)."""
-    step = make_step(variant, device, params, decoder=decoder)
-    try:
+    with make_step(variant, device, params, decoder=decoder) as step:
         return [step.inputs() for _ in range(batches)]
-    finally:
-        step.close()
 
 
 def differences(got: list[tuple[Tensor, Tensor]], want: list[tuple[Tensor, Tensor]]) -> tuple[float, float, bool]:
@@ -67,7 +64,7 @@ def compare(family: Family, variant: str, device: torch.device) -> Comparison:
     is then not run (a stand-in never passes), or failed if even the rest differs. The max abs diff reported is
     PNG's where PNG ran (the exact comparison), else JPEG's.
     """
-    failed, notes, ran, stand_in = [], [], 0, ""
+    failed, notes, stand_in = [], [], ""
     worst: dict[str, float] = {}
     for image_format in ("png", "jpeg"):
         params = family.resolve({**family.smoke, "image_format": image_format})
@@ -79,7 +76,6 @@ def compare(family: Family, variant: str, device: torch.device) -> Comparison:
                 continue
             stand_in = f"OpenCV decoded its JPEG bytes on the host: the device decoder cannot run ({skip.reason})"
             got = delivered(variant, device, params, decoder=opencv_decoder(device))
-        ran += 1
         max_diff, mean_diff, masks_equal = differences(got, delivered(family.baseline, device, params))
         worst[image_format] = max_diff
         if not masks_equal:
@@ -88,7 +84,7 @@ def compare(family: Family, variant: str, device: torch.device) -> Comparison:
             failed.append(f"png: images differ by up to {max_diff:.3g}")
         elif image_format == "jpeg" and mean_diff > (allowed := jpeg_tolerance("" if stand_in else variant)):
             failed.append(f"jpeg: images differ by {mean_diff:.3g} on average (allowed {allowed:.3g})")
-    if not ran:
+    if not worst:
         failed.append("no format could run here")
     detail = "; ".join(failed + notes)
     reported = worst.get("png", worst.get("jpeg", float("inf")))

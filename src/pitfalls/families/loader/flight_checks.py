@@ -17,15 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import torch
-from torch.utils.data import Dataset, default_collate
-
-from pitfalls.families.loader import probes
-from pitfalls.families.loader.entry import ENTRY, NAME
+from pitfalls.families.loader import plants, probes
 from pitfalls.families.loader.probes import InFlight
-from pitfalls.families.loader.steps import LoaderStep, make_step
+from pitfalls.families.loader.steps import LoaderStep
 from pitfalls.known.one_run import OneRun
-from pitfalls.known.table import Check, Reading, own_instrument
+from pitfalls.known.table import Check, Reading
 
 __all__ = ["BATCH", "CHECKS", "ITEM_BYTES", "PREFETCH", "SIZE", "WORKERS", "FlightRun", "SizedItems",
            "flight_checks", "planted_step"]
@@ -41,29 +37,16 @@ ITEM_BYTES = 3 * SIZE * SIZE + SIZE * SIZE
 FlightRoutine = Callable[[LoaderStep], InFlight]
 
 
-class SizedItems(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+class SizedItems(plants.Items):
     """A planted data set of items of a known size: a uint8 image 3 x S x S and a uint8 mask S x S."""
 
-    def __init__(self, items: int) -> None:
-        self.items = items
-
-    def __len__(self) -> int:
-        return self.items
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return (torch.full((3, SIZE, SIZE), index % 251, dtype=torch.uint8),
-                torch.full((SIZE, SIZE), index % 2, dtype=torch.uint8))
+    size = SIZE
 
 
 def planted_step(device: str = "cpu") -> LoaderStep:
     """A not yet started ``uint8`` loader step of `SizedItems`, W workers, ``prefetch_factor`` 2, pinning off."""
-    where, params = ENTRY.place("uint8", device, {"image_size": SIZE, "batch": BATCH, "items": ITEMS,
-                                                  "num_workers": WORKERS, "prefetch_factor": PREFETCH,
-                                                  "pin_memory": False})
-    step = make_step("uint8", where, params, check_cores=False, start=False,
-                     source=(SizedItems(ITEMS), default_collate))
-    assert isinstance(step, LoaderStep)
-    return step
+    return plants.step(SizedItems(ITEMS), device, start=False, image_size=SIZE, batch=BATCH, num_workers=WORKERS,
+                        prefetch_factor=PREFETCH, pin_memory=False)
 
 
 class FlightRun:
@@ -75,11 +58,8 @@ class FlightRun:
         self.run: OneRun[InFlight] = OneRun(self._measure)
 
     def _measure(self, device: str) -> InFlight:
-        step = planted_step(device)
-        try:
+        with planted_step(device) as step:
             return self.flight(step)
-        finally:
-            step.close()
 
     def batch_bytes(self, device: str) -> Reading:
         """Bytes per batch: B x the item's bytes."""
@@ -106,12 +86,12 @@ def flight_checks(run: FlightRun | None = None) -> tuple[Check, ...]:
     run = run or FlightRun()
     why = "exact: sizes of tensors and whole-page segments; a count of batches"
     return (
-        Check(f"loader: bytes per batch, {BATCH} x {ITEM_BYTES} B", (own_instrument(NAME, probes.BYTES_PER_BATCH),),
-              "bytes", 0.0, run.batch_bytes, family=NAME, why=why),
-        Check(f"loader: batches in flight, W={WORKERS} x prefetch {PREFETCH}",
-              (own_instrument(NAME, probes.BATCHES_IN_FLIGHT),), "batches", 0.0, run.batches, family=NAME, why=why),
-        Check(f"loader: bytes in flight, W={WORKERS} x prefetch {PREFETCH}",
-              (own_instrument(NAME, probes.BYTES_IN_FLIGHT),), "bytes", 0.0, run.bytes, family=NAME, why=why),
+        plants.row(f"loader: bytes per batch, {BATCH} x {ITEM_BYTES} B", probes.BYTES_PER_BATCH, "bytes", 0.0,
+                    run.batch_bytes, why),
+        plants.row(f"loader: batches in flight, W={WORKERS} x prefetch {PREFETCH}", probes.BATCHES_IN_FLIGHT,
+                    "batches", 0.0, run.batches, why),
+        plants.row(f"loader: bytes in flight, W={WORKERS} x prefetch {PREFETCH}", probes.BYTES_IN_FLIGHT, "bytes",
+                    0.0, run.bytes, why),
     )
 
 

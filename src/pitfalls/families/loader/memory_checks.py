@@ -22,14 +22,15 @@ from __future__ import annotations
 import mmap
 import statistics
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, default_collate
+from torch.utils.data import Dataset
 
-from pitfalls.families.loader import metadata
-from pitfalls.families.loader.entry import ENTRY
+from pitfalls.families.loader import metadata, plants
+from pitfalls.families.loader.entry import NAME
 from pitfalls.families.loader.metadata import EpochMemory
 from pitfalls.families.loader.probes import COPIED_PER_ITEM, PEAK_PSS, PEAK_USS, copy_on_write_of, group_peak
 from pitfalls.families.loader.steps import LoaderStep
@@ -47,7 +48,6 @@ GROWTH_MIB = 48
 # 256 KiB per item, 32 MiB over the window: a worker's own heap moves by a MiB or so between two readings.
 PAGES_PER_ITEM = 64
 COPY_ITEMS = 128
-SIZE = 8
 
 # Never written by the workers: large against the main process's own moves between two epochs (a MiB or two).
 SHARED_MIB = 64
@@ -64,45 +64,35 @@ PAYLOAD_MIB = 64
 TABLE_RECORDS = 2_000
 
 
-def _item(index: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A tiny uint8 item of the ``uint8`` rung's form: image [3, S, S], mask [S, S] of labels 0 and 1."""
-    return (torch.full((3, SIZE, SIZE), index % 251, dtype=torch.uint8),
-            torch.full((SIZE, SIZE), index % 2, dtype=torch.uint8))
-
-
-class HeldPerWorker(Dataset[Any]):
+class HeldPerWorker(plants.Items):
     """Each worker, at its first item, allocates ``planted_mib`` MiB of its own and touches every page of it."""
 
     def __init__(self, items: int, planted_mib: int) -> None:
-        self.items, self.planted = items, planted_mib * MIB
+        super().__init__(items)
+        self.planted = planted_mib * MIB
         self.held: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return self.items
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.held is None and self.planted:
             self.held = np.ones(self.planted, dtype=np.uint8)
-        return _item(index)
+        return super().__getitem__(index)
 
 
-class CopiedPerRead(Dataset[Any]):
+class CopiedPerRead(plants.Items):
     """Each read writes one byte in each of the next K pages of a buffer the main process holds: K fresh pages
     per read, whichever item it is, so a worker that reads an item again still copies K pages."""
 
     def __init__(self, items: int, pages_per_read: int, reads: int) -> None:
-        self.items, self.pages = items, pages_per_read
+        super().__init__(items)
+        self.pages = pages_per_read
         self.buffer = np.ones(reads * pages_per_read * PAGE, dtype=np.uint8)
         self.reads = 0
-
-    def __len__(self) -> int:
-        return self.items
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         first = self.reads * self.pages * PAGE
         self.buffer[first:first + self.pages * PAGE:PAGE] += 1
         self.reads += 1
-        return _item(index)
+        return super().__getitem__(index)
 
 
 class WrittenOnce(Dataset[Any]):
@@ -127,10 +117,7 @@ class WrittenOnce(Dataset[Any]):
 
 def planted_step(dataset: Dataset[Any], workers: int, *, measure_uss: bool = False) -> LoaderStep:
     """A CPU `LoaderStep` of the ``uint8`` rung, batches of 4, whose data set is ``dataset`` (a planted one)."""
-    items = len(dataset)  # type: ignore[arg-type]
-    params = ENTRY.resolve({**ENTRY.smoke, "image_size": SIZE, "num_workers": workers, "items": items, "batch": 4})
-    return LoaderStep("uint8", torch.device("cpu"), params, measure_uss=measure_uss,
-                      source=(dataset, default_collate))
+    return plants.step(dataset, measure_uss=measure_uss, image_size=plants.Items.size, num_workers=workers, batch=4)
 
 
 def held_peak(planted_mib: int) -> GroupMemory:
@@ -140,13 +127,10 @@ def held_peak(planted_mib: int) -> GroupMemory:
     pages are all its own (USS), and afterwards they are shared, so a window that starts earlier compares the
     planted run's peak with the bare run's start-up.
     """
-    step = planted_step(HeldPerWorker(64, planted_mib), WORKERS)
-    try:
+    with planted_step(HeldPerWorker(64, planted_mib), WORKERS) as step:
         for _ in range(8):
             step()
         return group_peak(step, batches=16)
-    finally:
-        step.close()
 
 
 def measure_group_peak(_device: str) -> Reading:
@@ -164,18 +148,16 @@ def measure_group_peak(_device: str) -> Reading:
 
 def measure_copied_per_item(_device: str) -> Reading:
     """Each read copies K pages: the copy-on-write figure reads K x 4 KiB per item."""
-    step = planted_step(CopiedPerRead(COPY_ITEMS, PAGES_PER_ITEM, reads=3 * COPY_ITEMS), WORKERS, measure_uss=True)
-    try:
+    with planted_step(CopiedPerRead(COPY_ITEMS, PAGES_PER_ITEM, reads=3 * COPY_ITEMS), WORKERS,
+                      measure_uss=True) as step:
         growth = copy_on_write_of(step, epochs=1)
-    finally:
-        step.close()
     per_item = growth.per_item
     measured = per_item if isinstance(per_item, Unavailable) else per_item / 1024
     return Reading(PAGES_PER_ITEM * PAGE / 1024, measured,
                    f"{growth.items_read} items read by {len(growth.window)} workers after their first batch")
 
 
-def planted_epochs(pairs: int = METADATA_PAIRS) -> list[tuple[EpochMemory, EpochMemory]]:
+def planted_epochs() -> list[tuple[EpochMemory, EpochMemory]]:
     """Pairs of epochs through `metadata.epoch_memory` (issue 13246's figures): `WrittenOnce` with ``GROWTH_MIB``
     written and ``SHARED_MIB`` left shared, then the same with neither buffer."""
 
@@ -183,37 +165,26 @@ def planted_epochs(pairs: int = METADATA_PAIRS) -> list[tuple[EpochMemory, Epoch
         return metadata.epoch_memory(WrittenOnce(planted_mib, shared_mib=shared_mib), workers=WORKERS, batch=50,
                                      collate=metadata.collate_rows)
 
-    return [(epoch(GROWTH_MIB, SHARED_MIB), epoch(0, 0)) for _ in range(pairs)]
+    return [(epoch(GROWTH_MIB, SHARED_MIB), epoch(0, 0)) for _ in range(METADATA_PAIRS)]
 
 
 # The three metadata rows read one set of epochs, as the benchmark reads its three figures from one epoch.
 EPOCHS: OneRun[list[tuple[EpochMemory, EpochMemory]]] = OneRun(planted_epochs)
 
 
-def metadata_reading(read: Callable[[EpochMemory], float], planted: float,
+def metadata_reading(read: Callable[[EpochMemory], float], planted_mib: float,
                      epochs: Callable[[], list[tuple[EpochMemory, EpochMemory]]]) -> Reading:
     """How much more ``read`` (bytes) gives with the buffers than without, over ``epochs`` (a row's `EPOCHS`
     reader: the epochs the other rows read): the median of the pairs, in MiB."""
     grown = [(read(with_buffers) - read(bare)) / MIB for with_buffers, bare in epochs()]
-    return Reading(planted, statistics.median(grown),
+    return Reading(planted_mib, statistics.median(grown),
                    f"{WORKERS} workers, epochs of 400 items; median of {len(grown)} pairs "
                    f"({', '.join(f'{g:.1f}' for g in grown)})")
 
 
-def measure_metadata_growth(_device: str) -> Reading:
-    """Each worker writes every page of an N MiB buffer once: its growth over the epoch is N MiB more than
-    without the buffer."""
-    return metadata_reading(lambda e: e.mean_growth, GROWTH_MIB, EPOCHS.reader("growth"))
-
-
-def measure_metadata_uss(_device: str) -> Reading:
-    """The group's USS at the epoch's end: W copies of the written buffer, and the main process's original."""
-    return metadata_reading(lambda e: e.group_uss, (WORKERS + 1) * GROWTH_MIB, EPOCHS.reader("group USS"))
-
-
-def measure_metadata_pss(_device: str) -> Reading:
-    """The group's PSS at the epoch's end: as its USS, plus the buffer no one wrote, once."""
-    return metadata_reading(lambda e: e.group_pss, (WORKERS + 1) * GROWTH_MIB + SHARED_MIB, EPOCHS.reader("group PSS"))
+def _metadata_on(read: Callable[[EpochMemory], float], planted_mib: float, row: str, _device: str) -> Reading:
+    """A metadata row's reading (see the module) of the epochs its sibling rows read."""
+    return metadata_reading(read, planted_mib, EPOCHS.reader(row))
 
 
 def planted_table_bytes(payload_mib: int) -> int:
@@ -237,22 +208,24 @@ def measure_metadata_table(_device: str) -> Reading:
 
 CHECKS = (
     Check(f"loader: group peak, {WORKERS} workers x {HELD_MIB} MiB",
-          (own_instrument("loader", PEAK_USS), own_instrument("loader", PEAK_PSS)), "MiB", 0.05,
-          measure_group_peak, family="loader",
+          (own_instrument(NAME, PEAK_USS), own_instrument(NAME, PEAK_PSS)), "MiB", 0.05, measure_group_peak,
+          family=NAME,
           why="the planted memory is exact; the main process's transients moved the peak by up to 12 MiB here"),
-    Check(f"loader: copy-on-write, {PAGES_PER_ITEM} pages per item", (own_instrument("loader", COPIED_PER_ITEM),),
-          "KiB/item", 0.15, measure_copied_per_item, family="loader",
-          why="a worker's own heap moves by a MiB or so between its readings: it read 0.9-2.2 % high here"),
-    Check(f"loader: metadata growth, {GROWTH_MIB} MiB per worker", (own_instrument("loader", METADATA_GROWTH),),
-          "MiB", 0.05, measure_metadata_growth, family="loader",
-          why="the planted copy is exact and the rest of the epoch is the same on both sides"),
-    Check(f"loader: metadata group USS, {WORKERS} workers x {GROWTH_MIB} MiB written",
-          (own_instrument("loader", METADATA_GROUP_USS),), "MiB", 0.05, measure_metadata_uss, family="loader",
-          why="read 143.9-146.3 for 144 here: the main process's own moves between epochs, a MiB or two"),
-    Check(f"loader: metadata group PSS, {SHARED_MIB} MiB shared", (own_instrument("loader", METADATA_GROUP_PSS),),
-          "MiB", 0.05, measure_metadata_pss, family="loader",
-          why="read 208.0-209.8 for 208 here; a PSS counting a shared page per sharer would read 336"),
-    Check(f"loader: metadata table, {PAYLOAD_MIB} MiB planted in two records",
-          (own_instrument("loader", METADATA_TABLE),), "MiB", 0.01, measure_metadata_table, family="loader",
-          why="the same table on both sides: only the planted bytes object's 33-byte header is over"),
+    plants.row(f"loader: copy-on-write, {PAGES_PER_ITEM} pages per item", COPIED_PER_ITEM, "KiB/item", 0.15,
+                measure_copied_per_item,
+                "a worker's own heap moves by a MiB or so between its readings: it read 0.9-2.2 % high here"),
+    plants.row(f"loader: metadata growth, {GROWTH_MIB} MiB per worker", METADATA_GROWTH, "MiB", 0.05,
+                partial(_metadata_on, lambda e: e.mean_growth, GROWTH_MIB, "growth"),
+                "the planted copy is exact and the rest of the epoch is the same on both sides"),
+    # W copies of the written buffer, and the main process's original.
+    plants.row(f"loader: metadata group USS, {WORKERS} workers x {GROWTH_MIB} MiB written", METADATA_GROUP_USS,
+                "MiB", 0.05, partial(_metadata_on, lambda e: e.group_uss, (WORKERS + 1) * GROWTH_MIB, "group USS"),
+                "read 143.9-146.3 for 144 here: the main process's own moves between epochs, a MiB or two"),
+    # As the USS, plus the buffer no one wrote, once.
+    plants.row(f"loader: metadata group PSS, {SHARED_MIB} MiB shared", METADATA_GROUP_PSS, "MiB", 0.05,
+                partial(_metadata_on, lambda e: e.group_pss, (WORKERS + 1) * GROWTH_MIB + SHARED_MIB, "group PSS"),
+                "read 208.0-209.8 for 208 here; a PSS counting a shared page per sharer would read 336"),
+    plants.row(f"loader: metadata table, {PAYLOAD_MIB} MiB planted in two records", METADATA_TABLE, "MiB", 0.01,
+                measure_metadata_table, "the same table on both sides: only the planted bytes object's 33-byte "
+                "header is over"),
 )

@@ -26,8 +26,16 @@ import psutil
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from pitfalls.families.loader.workers import CyclingSampler, WorkerBoard, WorkerInit, settle_before_fork
-from pitfalls.family import SkipCase
+from pitfalls.families.loader.stores import packed
+from pitfalls.families.loader.workers import (
+    CyclingSampler,
+    WorkerBoard,
+    WorkerInit,
+    forked_workers_only,
+    settle_before_fork,
+    shut_down,
+    uss_without_batches,
+)
 from pitfalls.units import MIB
 
 RECORD_FORMS = ("objects", "arrays")
@@ -38,13 +46,8 @@ GRIDS = {
 }
 # How long the workers get, after the epoch's last batch, to finish the batches DataLoader asked ahead of it.
 SETTLE_S = 0.5
-
-
-def uss_of(pid: int) -> int:
-    """USS of process ``pid`` less torch's shared-memory segments it maps (batches being handed over): the same
-    reading `pitfalls.families.loader.uss_without_batches` makes inside a worker, made from outside it."""
-    maps = psutil.Process(pid).memory_maps(grouped=True)
-    return sum(m.private_clean + m.private_dirty for m in maps if "/torch_" not in m.path)
+# Seconds to wait for one batch.
+TIMEOUT_S = 120.0
 
 
 # --- the records ------------------------------------------------------------------------------------------------
@@ -95,10 +98,7 @@ class ArrayRecords:
     """The same records in a few numpy arrays: paths in one byte buffer with offsets, one array per field."""
 
     def __init__(self, records: list[dict[str, Any]]) -> None:
-        encoded = [record["path"].encode() for record in records]
-        lengths = np.fromiter((len(path) for path in encoded), dtype=np.int64, count=len(encoded))
-        self.offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        self.paths = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        self.offsets, self.paths = packed([record["path"].encode() for record in records])
         self.sizes = np.array([record["size"] for record in records], dtype=np.int64)
         self.labels = np.array([record["annotation"]["label"] for record in records], dtype=np.int64)
         self.boxes = np.array([record["annotation"]["box"] for record in records], dtype=np.int32).reshape(-1, 4)
@@ -190,7 +190,7 @@ class EpochMemory:
 
 
 def epoch_memory(dataset: Dataset[Any], *, workers: int, batch: int, collate: Callable[[list[Any]], Any],
-                 start_method: str = "fork", seed: int = 0, timeout: float = 120.0) -> EpochMemory:
+                 start_method: str = "fork") -> EpochMemory:
     """Run one full epoch of ``dataset`` through DataLoader's workers and read the group's memory at its end.
 
     The sampler cycles (`CyclingSampler`), so the workers are still alive when the epoch's last batch arrives;
@@ -204,23 +204,17 @@ def epoch_memory(dataset: Dataset[Any], *, workers: int, batch: int, collate: Ca
         batch: items per batch.
         collate: the collate function.
         start_method: how workers start; only "fork" shares the parent's pages.
-        seed: the epoch order's seed.
-        timeout: seconds to wait for one batch.
 
     Raises:
         SkipCase: no workers, or workers that do not fork (they hold a pickled copy: nothing is copied on write).
     """
-    if workers < 1:
-        raise SkipCase("num_workers=0: no worker process, nothing is copied on write")
-    if start_method != "fork":
-        raise SkipCase(f"start_method={start_method!r} workers get a pickled copy of the data set, not the "
-                       "parent's pages: nothing is copied on write")
+    forked_workers_only(workers, start_method)
     count = len(dataset)  # type: ignore[arg-type]
     context = multiprocessing.get_context(start_method)
     board = WorkerBoard(workers, context, measure_uss=True)
-    loader = DataLoader(dataset, batch_size=batch, sampler=CyclingSampler(count, seed), num_workers=workers,
+    loader = DataLoader(dataset, batch_size=batch, sampler=CyclingSampler(count, seed=0), num_workers=workers,
                         collate_fn=collate, drop_last=False, worker_init_fn=WorkerInit(board),
-                        multiprocessing_context=context, timeout=timeout)
+                        multiprocessing_context=context, timeout=TIMEOUT_S)
     settle_before_fork()
     iterator = iter(loader)
     try:
@@ -228,21 +222,18 @@ def epoch_memory(dataset: Dataset[Any], *, workers: int, batch: int, collate: Ca
             next(iterator)
         time.sleep(SETTLE_S)
         pids = [int(pid) for pid in board.pids]
-        worker_uss = tuple(uss_of(pid) for pid in pids)
+        worker_uss = tuple(uss_without_batches(pid) for pid in pids)
         growth = tuple(uss - int(start) for uss, start in zip(worker_uss, board.uss_at_start, strict=True))
         worker_pss = tuple(psutil.Process(pid).memory_full_info().pss for pid in pids)
         parent = psutil.Process().memory_full_info()
         return EpochMemory(growth, worker_uss, worker_pss, parent.uss, parent.pss, count,
                            int(getattr(dataset, "nbytes", 0)))
     finally:
-        shutdown = getattr(iterator, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()
-        del iterator
+        shut_down(iterator)
 
 
 def metadata_memory(form: str, *, workers: int, items: int = 100_000, batch: int = 500,
-                    start_method: str = "fork", seed: int = 0) -> EpochMemory:
+                    start_method: str = "fork") -> EpochMemory:
     """Issue 13246's figure: the loader group's memory after an epoch over ``items`` records held in ``form``.
 
     Args:
@@ -251,10 +242,9 @@ def metadata_memory(form: str, *, workers: int, items: int = 100_000, batch: int
         items: records in the table (an epoch reads each once).
         batch: items per batch.
         start_method: how workers start.
-        seed: seed of the records and the epoch order.
     """
-    return epoch_memory(RecordItems(make_records(form, items, seed)), workers=workers, batch=batch,
-                        collate=collate_rows, start_method=start_method, seed=seed)
+    return epoch_memory(RecordItems(make_records(form, items)), workers=workers, batch=batch, collate=collate_rows,
+                        start_method=start_method)
 
 
 def records_memory(metadata: str, num_workers: int, items: int) -> EpochMemory:

@@ -20,19 +20,17 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
-from pitfalls.devices import synchronize
 from pitfalls.families.loader import steady
-from pitfalls.families.loader.entry import ENTRY
+from pitfalls.families.loader.entry import ENTRY, read_case
 from pitfalls.families.loader.epochs import epoch_starts
-from pitfalls.families.loader.steps import BatchStep, LoaderStep, read_fresh
+from pitfalls.families.loader.steps import BatchStep, LoaderStep, make_step
 from pitfalls.families.loader.variants import nbytes
 from pitfalls.families.loader.verdict import STARVES_BELOW, judge
+from pitfalls.families.loader.workers import forked_workers_only
 from pitfalls.family import FLOOR, SkipCase
 from pitfalls.probes.group_memory import GroupMemory, GroupMemorySampler, members_named, shm_segments
 from pitfalls.result import Unavailable
@@ -46,39 +44,29 @@ COW_NOISE_FLOOR_BYTES = 3 * MIB
 # feeder threads then get to hand the last batch over.
 SETTLE_POLL_S = 0.05
 HAND_OVER_S = 0.25
+# Batches a fresh loader delivers before it rests and its batches in flight are read.
+CONSUMED = 2
 
 
 # The group's peak is sampled every 15 ms: a batch of 32 at 128 x 128 collates in tens of ms on this machine, so
 # its peak is seen. The cgroup's own peak is not used: on this machine only cgroup v1's memory.max_usage_in_bytes of
 # the whole container is there, a ceiling of everything running in it, not the loader's figure.
 SAMPLE_INTERVAL_S = 0.015
-def group_peak(step: BatchStep, batches: int, interval_s: float = SAMPLE_INTERVAL_S) -> GroupMemory:
+def group_peak(step: BatchStep, batches: int) -> GroupMemory:
     """The peak memory of the step's whole group (this process and its workers, `BatchStep.worker_pids`) over
     ``batches`` calls. Other children of this process (a resource tracker, a compile pool) are not the loader's.
 
     Args:
         step: a batch step, started.
         batches: synchronized calls to make while sampling.
-        interval_s: seconds between samples.
 
     Returns:
         The sampler's figures: per-process peaks and the group's peaks of the PSS, USS and RSS sums.
     """
-    with GroupMemorySampler(interval_s=interval_s, members=members_named(step.worker_pids)) as sampler:
+    with GroupMemorySampler(interval_s=SAMPLE_INTERVAL_S, members=members_named(step.worker_pids)) as sampler:
         for _ in range(batches):
-            step()
-            synchronize(step.device)
+            step.synced()
     return sampler.result
-
-
-def case_params(variant: str, device: str, sizes: Mapping[str, Any]) -> tuple[torch.device, dict[str, Any]]:
-    """Resolve a benchmark's or a caller's arguments: the device (SkipCase if absent) and every parameter."""
-    return ENTRY.place(variant, device, sizes)
-
-
-def _synced(step: BatchStep) -> None:
-    step()
-    synchronize(step.device)
 
 
 def samples_per_second(step: BatchStep, *, min_seconds: float = steady.MIN_SECONDS) -> float:
@@ -97,8 +85,7 @@ def batch_nbytes(step: BatchStep) -> int:
 
 def bytes_per_batch(variant: str, device: str, **sizes: Any) -> int:
     """Bytes of the first batch of a fresh loader, from its tensors (no warm-up: the size does not change)."""
-    where, params = case_params(variant, device, sizes)
-    return read_fresh(variant, where, params, batch_nbytes)
+    return read_case(variant, device, sizes, batch_nbytes)
 
 
 def time_to_first_batch(variant: str, device: str, **sizes: Any) -> float:
@@ -107,8 +94,7 @@ def time_to_first_batch(variant: str, device: str, **sizes: Any) -> float:
     The data set is on disk (generated beforehand) and the RAM forms are loaded before the clock starts: this is
     what every new iterator pays (each epoch, without ``persistent_workers``).
     """
-    where, params = case_params(variant, device, sizes)
-    return read_fresh(variant, where, params, time_to_first_batch_of, start=False)
+    return read_case(variant, device, sizes, time_to_first_batch_of, start=False)
 
 
 def time_to_first_batch_of(step: BatchStep) -> float:
@@ -127,28 +113,29 @@ def time_to_first_batch_of(step: BatchStep) -> float:
         raise ValueError(f"{step.variant}: the step was started before the clock; build it with start=False")
     started = time.perf_counter()
     step.start()
-    _synced(step)
+    step.synced()
     return time.perf_counter() - started
 
 
-def peak_memory(variant: str, device: str, *, batches: int | None = None, **sizes: Any) -> GroupMemory:
+def peak_memory(variant: str, device: str, **sizes: Any) -> GroupMemory:
     """Peak PSS, USS and RSS of the whole loader group (the main process and every worker) while a fresh loader
-    delivers batches, sampled every 15 ms in the background (`memory.group_peak`), collation included.
+    delivers an epoch plus the batches in flight (at least 3), sampled every 15 ms in the background
+    (`group_peak`), collation included.
 
     Args:
         variant: a variant or the floor.
         device: "cpu" or "cuda".
-        batches: batches to consume; default an epoch plus the batches in flight, at least 3.
         **sizes: the family's parameters. A case with more workers than cores is measured (memory does not
             depend on cores); one that does not fit in RAM is skipped.
 
     Returns:
         The sampler's figures: the group's peaks of the PSS, USS and RSS sums and each process's own.
     """
-    where, params = case_params(variant, device, sizes)
+    where, params = ENTRY.place(variant, device, sizes)
     in_flight = params["num_workers"] * params["prefetch_factor"]
-    count = batches or max(3, math.ceil(params["items"] / params["batch"]) + in_flight)
-    return read_fresh(variant, where, params, lambda step: group_peak(step, count), check_cores=False)
+    count = max(3, math.ceil(params["items"] / params["batch"]) + in_flight)
+    with make_step(variant, where, params, check_cores=False) as step:
+        return group_peak(step, count)
 
 
 @dataclass(frozen=True)
@@ -199,8 +186,8 @@ def _nothing_in_flight(variant: str, workers: int) -> None:
                        "batches are made on demand in the main process")
 
 
-def in_flight(variant: str, device: str, *, consumed: int = 2, **sizes: Any) -> InFlight:
-    """Batches and bytes in flight once a fresh loader has delivered ``consumed`` batches and then rests.
+def in_flight(variant: str, device: str, **sizes: Any) -> InFlight:
+    """Batches and bytes in flight once a fresh loader has delivered `CONSUMED` batches and then rests.
 
     DataLoader keeps ``prefetch_factor`` index batches outstanding per worker and sends a new one for each
     batch taken, so at rest the workers have made that many batches ahead of the consumer.
@@ -208,22 +195,18 @@ def in_flight(variant: str, device: str, *, consumed: int = 2, **sizes: Any) -> 
     Raises:
         SkipCase: no workers (batches are made on demand, nothing is in flight), the floor, or no room.
     """
-    where, params = case_params(variant, device, sizes)
+    where, params = ENTRY.place(variant, device, sizes)
     _nothing_in_flight(variant, params["num_workers"])
-    return read_fresh(variant, where, params, lambda step: in_flight_of(step, consumed=consumed), check_cores=False,
-                      start=False)
+    with make_step(variant, where, params, check_cores=False, start=False) as step:
+        return in_flight_of(step)  # type: ignore[arg-type]
 
 
-def in_flight_of(step: LoaderStep, *, consumed: int = 2, segments: Segments = shm_segments) -> InFlight:
-    """The in-flight figures of a built, not yet started loader step (its parameters are ``step.params``).
-
-    Starts it, takes ``consumed`` batches (`batch_nbytes` sizes each), waits until the workers have made the
-    ``num_workers x prefetch_factor`` batches DataLoader asks of them ahead, then reads the shared-memory segments
-    of the main process and the workers until two readings agree.
+def in_flight_of(step: LoaderStep, *, segments: Segments = shm_segments) -> InFlight:
+    """The in-flight figures of a built, not yet started loader step (its parameters are ``step.params``): at rest
+    after `CONSUMED` batches, once the workers have made the batches DataLoader asks of them ahead.
 
     Args:
         step: built with ``start=False``, so that the segments this process holds before are told apart.
-        consumed: batches to take before the loader rests.
         segments: the segment reader (`shm_segments`, the calibrated shared instrument).
 
     Returns:
@@ -244,9 +227,9 @@ def in_flight_of(step: LoaderStep, *, consumed: int = 2, segments: Segments = sh
     earlier = set(segments([os.getpid()]))
     step.start()
     per_batch = 0
-    for _ in range(consumed):
+    for _ in range(CONSUMED):
         per_batch = batch_nbytes(step)
-    expected = consumed + workers * params["prefetch_factor"]
+    expected = CONSUMED + workers * params["prefetch_factor"]
     _settle(step.board.batches_made, expected, deadline_s=float(params["timeout"] or 120))
 
     def held_now() -> int:
@@ -266,26 +249,21 @@ def in_flight_of(step: LoaderStep, *, consumed: int = 2, segments: Segments = sh
     if step.pin:
         measured = Unavailable("pinned batches: the pin thread holds copies in page-locked memory of the main "
                                "process, which no /proc reading tells apart from its other memory")
-    return InFlight(step.board.batches_made() - consumed, measured, per_batch, workers, params["prefetch_factor"])
+    return InFlight(step.board.batches_made() - CONSUMED, measured, per_batch, workers, params["prefetch_factor"])
 
 
 @dataclass(frozen=True)
 class CopyOnWrite:
-    """How the workers' private memory (USS) grew: at start-up, then while they read items.
+    """How the workers' private memory (USS) grew while they read items, after their first batch (which holds the
+    pages of the interpreter and libraries a forked process writes once, whatever the data).
 
     Attributes:
-        startup: bytes each worker's USS grew from its start to the start of its second batch: its first batch,
-            plus the pages of the interpreter and libraries a forked process writes once (reference counts, the
-            garbage collector), whatever the data.
         window: bytes each worker's USS grew from the start of its second batch to the start of its latest.
         items_read: items the workers read in that window, together.
-        storage: "list" or "packed".
     """
 
-    startup: tuple[int, ...]
     window: tuple[int, ...]
     items_read: int
-    storage: str
 
     @property
     def per_item(self) -> float | Unavailable:
@@ -302,8 +280,8 @@ class CopyOnWrite:
         return sum(self.window) / self.items_read
 
 
-def copy_on_write(variant: str, device: str, *, epochs: int = 1, **sizes: Any) -> CopyOnWrite:
-    """Worker USS growth of a fresh loader over ``epochs`` epochs of items read, after each worker's first batch.
+def copy_on_write(variant: str, device: str, **sizes: Any) -> CopyOnWrite:
+    """Worker USS growth of a fresh loader over an epoch of items read, after each worker's first batch.
 
     Forked workers share the parent's pages until they write to them. Reading an item of a Python list writes
     its reference count, so the list form copies the page holding each item read (two objects per item here:
@@ -314,14 +292,12 @@ def copy_on_write(variant: str, device: str, *, epochs: int = 1, **sizes: Any) -
     Raises:
         SkipCase: no workers, the floor, workers that do not fork (nothing is shared with the parent), or no room.
     """
-    where, params = case_params(variant, device, sizes)
-    if variant == FLOOR or params["num_workers"] == 0:
-        raise SkipCase("no worker process: " + ("the floor has no loader" if variant == FLOOR else "num_workers=0"))
-    if params["start_method"] != "fork":
-        raise SkipCase(f"start_method={params['start_method']!r} workers get a pickled copy of the data set, not "
-                       "the parent's pages: nothing is copied on write")
-    return read_fresh(variant, where, params, lambda step: copy_on_write_of(step, epochs), check_cores=False,
-                      measure_uss=True)
+    where, params = ENTRY.place(variant, device, sizes)
+    if variant == FLOOR:
+        raise SkipCase("no worker process: the floor has no loader")
+    forked_workers_only(params["num_workers"], params["start_method"])
+    with make_step(variant, where, params, check_cores=False, measure_uss=True) as step:
+        return copy_on_write_of(step)  # type: ignore[arg-type]
 
 
 def copy_on_write_of(step: LoaderStep, epochs: int = 1) -> CopyOnWrite:
@@ -331,15 +307,14 @@ def copy_on_write_of(step: LoaderStep, epochs: int = 1) -> CopyOnWrite:
     # Each worker's first batch is before the window: consume one more per worker, so that the window still holds
     # ``epochs`` epochs of reads.
     for _ in range(epochs * math.ceil(params["items"] / params["batch"]) + params["num_workers"] + 1):
-        _synced(step)
-    board, startup, window, read = step.board, [], [], 0
+        step.synced()
+    board, window, read = step.board, [], 0
     for slot in range(len(board.pids)):
         batch, uss = board.uss_reading(slot)
         if batch >= 2:
-            startup.append(int(board.uss_reference[slot] - board.uss_at_start[slot]))
             window.append(int(uss - board.uss_reference[slot]))
             read += (batch - 2) * params["batch"]
-    return CopyOnWrite(tuple(startup), tuple(window), read, params["storage"])
+    return CopyOnWrite(tuple(window), read)
 
 
 def batch_step(case: Any) -> BatchStep:

@@ -22,21 +22,18 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
-from torch.utils.data import Dataset, default_collate
 
-from pitfalls.families.loader import epochs, probes
-from pitfalls.families.loader.entry import ENTRY, NAME
+from pitfalls.families.loader import epochs, plants, probes
 from pitfalls.families.loader.epochs import EpochStarts
-from pitfalls.families.loader.steps import LoaderStep, make_step
+from pitfalls.families.loader.steps import LoaderStep
 from pitfalls.known.one_run import OneRun
-from pitfalls.known.table import Check, Reading, own_instrument
+from pitfalls.known.table import Check, Reading
 from pitfalls.result import Unavailable
 
 __all__ = ["CHECKS", "DELAY_MS", "GROWTH_TOLERANCE", "PAIRS", "STILL_TOLERANCE_MS", "WORKERS", "EpochRun",
-           "FirstReadSleeps", "StartGrowth", "first_batch", "paired_growth", "planted_step", "start_checks"]
+           "FirstReadSleeps", "first_batch", "growth_reading", "paired_growth", "planted_step", "start_checks"]
 
 WORKERS = 2
 BATCH = 4
@@ -59,7 +56,7 @@ FirstBatchRoutine = Callable[[LoaderStep], float]
 EpochRoutine = Callable[[LoaderStep], EpochStarts]
 
 
-class FirstReadSleeps(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+class FirstReadSleeps(plants.Items):
     """A planted start cost: the first item each process reads sleeps ``delay_s``; every item is a tiny uint8 image
     and mask.
 
@@ -67,85 +64,61 @@ class FirstReadSleeps(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     it sleeps at its own first item whatever its parent did.
     """
 
+    size = PIXELS
+
     def __init__(self, items: int, delay_s: float) -> None:
-        self.items = items
+        super().__init__(items)
         self.delay_s = delay_s
         self.read_in = 0
-
-    def __len__(self) -> int:
-        return self.items
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.read_in != os.getpid():
             self.read_in = os.getpid()
             time.sleep(self.delay_s)
-        return (torch.full((3, PIXELS, PIXELS), index % 251, dtype=torch.uint8),
-                torch.zeros(PIXELS, PIXELS, dtype=torch.uint8))
+        return super().__getitem__(index)
 
 
 def planted_step(delay_ms: float, device: str = "cpu") -> LoaderStep:
     """A not yet started ``uint8`` loader step of `FirstReadSleeps`, W workers (more than cores allowed: the cost
     is a sleep), pinning off."""
-    where, params = ENTRY.place("uint8", device, {"image_size": PIXELS, "batch": BATCH, "items": ITEMS,
-                                                  "num_workers": WORKERS, "pin_memory": False})
-    step = make_step("uint8", where, params, check_cores=False, start=False,
-                     source=(FirstReadSleeps(ITEMS, delay_ms / 1000), default_collate))
-    assert isinstance(step, LoaderStep)
-    return step
+    return plants.step(FirstReadSleeps(ITEMS, delay_ms / 1000), device, start=False, image_size=PIXELS,
+                        batch=BATCH, num_workers=WORKERS, pin_memory=False)
 
 
 def _read(read: Callable[[LoaderStep], tuple[float, ...]], delay_ms: float, device: str) -> tuple[float, ...]:
-    step = planted_step(delay_ms, device)
-    try:
+    with planted_step(delay_ms, device) as step:
         return read(step)
-    finally:
-        step.close()
 
 
-@dataclass(frozen=True)
-class StartGrowth:
-    """How much longer the planted loader's figures read than the bare one's, ms, pair by pair.
-
-    Attributes:
-        pairs: per pair, one difference per figure read (planted less bare).
-    """
-
-    pairs: tuple[tuple[float, ...], ...]
-
-    def median(self, figure: int) -> float:
-        """The median difference of one figure over the pairs."""
-        return statistics.median(pair[figure] for pair in self.pairs)
-
-    def spread(self, figure: int) -> str:
-        """The pairs' differences of one figure, for a reading's detail."""
-        return ", ".join(f"{pair[figure]:.0f}" for pair in self.pairs)
-
-
-def paired_growth(read: Callable[[LoaderStep], tuple[float, ...]], device: str, pairs: int = PAIRS) -> StartGrowth:
-    """Read the planted loader (``DELAY_MS``) and the bare one (0 ms) in turn, ``pairs`` times, after one bare
+def paired_growth(read: Callable[[LoaderStep], tuple[float, ...]], device: str) -> list[tuple[float, ...]]:
+    """Read the planted loader (``DELAY_MS``) and the bare one (0 ms) in turn, `PAIRS` times, after one bare
     reading thrown away.
 
     Args:
         read: the figures of one fresh, not yet started step, seconds.
         device: where batches are delivered.
-        pairs: planted-bare pairs.
 
     Returns:
-        The differences, ms.
+        Per pair, how much longer each figure read with the plant, ms.
     """
     _read(read, 0.0, device)
     grown = []
-    for _ in range(pairs):
-        planted, bare = _read(read, DELAY_MS, device), _read(read, 0.0, device)
-        grown.append(tuple((p - b) * 1e3 for p, b in zip(planted, bare, strict=True)))
-    return StartGrowth(tuple(grown))
+    for _ in range(PAIRS):
+        with_plant, bare = _read(read, DELAY_MS, device), _read(read, 0.0, device)
+        grown.append(tuple((p - b) * 1e3 for p, b in zip(with_plant, bare, strict=True)))
+    return grown
+
+
+def growth_reading(planted_ms: float, grown: list[tuple[float, ...]], figure: int, setting: str) -> Reading:
+    """The median difference of one figure over the pairs against its plant, each pair's in the detail."""
+    values = [pair[figure] for pair in grown]
+    return Reading(planted_ms, statistics.median(values), f"{setting}, median of {len(values)} pairs "
+                   f"(ms more: {', '.join(f'{value:.0f}' for value in values)})")
 
 
 def first_batch(device: str, first: FirstBatchRoutine = probes.time_to_first_batch_of) -> Reading:
     """Time to first batch, read by ``first`` (the published figure's routine): ``DELAY_MS`` more with the plant."""
-    growth = paired_growth(lambda step: (first(step),), device)
-    return Reading(DELAY_MS, growth.median(0),
-                   f"W={WORKERS}, median of {PAIRS} pairs (ms more: {growth.spread(0)})")
+    return growth_reading(DELAY_MS, paired_growth(lambda step: (first(step),), device), 0, f"W={WORKERS}")
 
 
 class EpochRun:
@@ -154,7 +127,7 @@ class EpochRun:
 
     def __init__(self, starts: EpochRoutine = epochs.epoch_starts_of) -> None:
         self.starts = starts
-        self.run: OneRun[StartGrowth] = OneRun(self._measure)
+        self.run: OneRun[list[tuple[float, ...]]] = OneRun(self._measure)
 
     def _both(self, step: LoaderStep) -> tuple[float, float]:
         got = self.starts(step)
@@ -162,14 +135,12 @@ class EpochRun:
             raise ValueError(f"the planted loader has {WORKERS} workers: {got.persistent.reason}")
         return got.fresh, got.persistent
 
-    def _measure(self, device: str) -> StartGrowth:
+    def _measure(self, device: str) -> list[tuple[float, ...]]:
         return paired_growth(self._both, device)
 
-    def _reading(self, row: str, figure: int, planted: float, device: str) -> Reading:
-        growth = self.run.take(row, device)
-        return Reading(planted, growth.median(figure),
-                       f"W={WORKERS}, an epoch of one batch per worker, median of {PAIRS} pairs "
-                       f"(ms more: {growth.spread(figure)})")
+    def _reading(self, row: str, figure: int, planted_ms: float, device: str) -> Reading:
+        return growth_reading(planted_ms, self.run.take(row, device), figure,
+                              f"W={WORKERS}, an epoch of one batch per worker")
 
     def fresh(self, device: str) -> Reading:
         """persistent_workers off: new workers, ``DELAY_MS`` more."""
@@ -186,15 +157,12 @@ def start_checks(run: EpochRun | None = None) -> tuple[Check, ...]:
     spread = "medians of 5 pairs read -11 to +8 % of 600 ms at load 3-5 on 2 shared cores (36 runs)"
     still = "medians of 5 pairs read -9 to +10 ms at load 3-5 on 2 shared cores (36 runs)"
     return (
-        Check(f"loader: time to first batch, +{DELAY_MS:g} ms worker start",
-              (own_instrument(NAME, probes.TIME_TO_FIRST_BATCH),), "ms", GROWTH_TOLERANCE, first_batch, family=NAME,
-              why=spread),
-        Check(f"loader: epoch start, persistent off, +{DELAY_MS:g} ms worker start",
-              (own_instrument(NAME, probes.EPOCH_START_FRESH),), "ms", GROWTH_TOLERANCE, run.fresh, family=NAME,
-              why=spread),
-        Check(f"loader: epoch start, persistent on, +{DELAY_MS:g} ms worker start",
-              (own_instrument(NAME, probes.EPOCH_START_PERSISTENT),), "ms", STILL_TOLERANCE_MS, run.persistent,
-              family=NAME, absolute=True, why=still),
+        plants.row(f"loader: time to first batch, +{DELAY_MS:g} ms worker start", probes.TIME_TO_FIRST_BATCH, "ms",
+                    GROWTH_TOLERANCE, first_batch, spread),
+        plants.row(f"loader: epoch start, persistent off, +{DELAY_MS:g} ms worker start", probes.EPOCH_START_FRESH,
+                    "ms", GROWTH_TOLERANCE, run.fresh, spread),
+        plants.row(f"loader: epoch start, persistent on, +{DELAY_MS:g} ms worker start",
+                    probes.EPOCH_START_PERSISTENT, "ms", STILL_TOLERANCE_MS, run.persistent, still, absolute=True),
     )
 
 

@@ -163,8 +163,7 @@ def settle(step: BatchStep) -> int:
     discard, _ = batches_to_time(step.prefetching_workers, int(step.params["prefetch_factor"]))
     step.pause()
     for _ in range(discard):
-        step()
-        synchronize(step.device)
+        step.synced()
     return discard
 
 

@@ -97,6 +97,9 @@ def size_loop(seconds: float, run: Callable[[int], None], sync: Callable[[], Non
     return LoopSize(products, per_product)
 
 
+_SIZES: dict[tuple[float, str, int], LoopSize] = {}
+
+
 class MatmulLoop:
     """Keep a GPU busy for a planted time: a fixed number of matrix products per call, sized by `size_loop`.
 
@@ -111,7 +114,11 @@ class MatmulLoop:
         self.a = torch.rand(side, side, device=device)
         self.b = torch.rand(side, side, device=device)
         self.out = torch.empty(side, side, device=device)
-        self.size = _sized(seconds, self.run, lambda: synchronize(device), str(device), side)
+        # Sized once per planted time, device and side in a process: each case would otherwise size it again.
+        key = (seconds, str(device), side)
+        if key not in _SIZES:
+            _SIZES[key] = size_loop(seconds, self.run, lambda: synchronize(device))
+        self.size = _SIZES[key]
 
     def run(self, products: int) -> None:
         for _ in range(products):
@@ -119,17 +126,6 @@ class MatmulLoop:
 
     def __call__(self, *_batch: Tensor) -> None:
         self.run(self.size.products)
-
-
-_SIZES: dict[tuple[float, str, int], LoopSize] = {}
-
-
-def _sized(seconds: float, run: Callable[[int], None], sync: Callable[[], None], device: str, side: int) -> LoopSize:
-    """`size_loop`, once per planted time, device and side in a process (each case would otherwise re-size)."""
-    key = (seconds, device, side)
-    if key not in _SIZES:
-        _SIZES[key] = size_loop(seconds, run, sync)
-    return _SIZES[key]
 
 
 def planted_cost(model_ms: float, device: torch.device) -> Callable[..., None] | None:

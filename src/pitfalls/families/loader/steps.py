@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, default_collate
 
-from pitfalls.devices import device_threads, fits
+from pitfalls.devices import device_threads, fits, synchronize
 from pitfalls.families.loader.data import DataFiles, DataSpec, ensure_data
 from pitfalls.families.loader.datasets import decoded_items, make_dataset, uint8_item
 from pitfalls.families.loader.device import Consumer, CopyToDevice, DecodeOnDevice, JpegDecoder, torchvision_decoder
@@ -36,7 +36,7 @@ from pitfalls.families.loader.workers import (
 from pitfalls.family import FLOOR, SkipCase
 from pitfalls.probes import pagecache
 
-T = TypeVar("T")
+S = TypeVar("S", bound="BatchStep")
 
 
 def pinned(variant: str, device: torch.device, params: Mapping[str, Any]) -> bool:
@@ -87,6 +87,12 @@ class BatchStep:
     def close(self) -> None:
         """Stop producing batches; release workers."""
 
+    def __enter__(self: S) -> S:
+        return self
+
+    def __exit__(self, *_error: object) -> None:
+        self.close()
+
     def pause(self) -> None:
         """Stop producing batches until the next call, which starts afresh (a steady-state block ends here)."""
 
@@ -130,6 +136,10 @@ class BatchStep:
     def __call__(self) -> Any:
         return self.guarded(lambda: self.deliver(self.next_batch()))
 
+    def synced(self) -> None:
+        """One call, then a synchronize of the device: the batch's work is done when it returns."""
+        self()
+        synchronize(self.device)
 
 
 class LoaderStep(BatchStep):
@@ -164,14 +174,15 @@ class LoaderStep(BatchStep):
         self.board = WorkerBoard(workers, context, measure_uss=measure_uss)
         if measure_uss:
             dataset = UssAtBatchStart(dataset, self.board)
-        options: dict[str, Any] = {}
+        # Everything of the loader but its data set and sampler: a loader like it (`epochs`) takes the same.
+        self.loader_options: dict[str, Any] = {
+            "batch_size": params["batch"], "num_workers": workers, "collate_fn": CountingCollate(self.board, collate),
+            "pin_memory": self.pin, "drop_last": True}
         if workers:
-            options = {"prefetch_factor": params["prefetch_factor"], "timeout": params["timeout"],
-                       "worker_init_fn": WorkerInit(self.board), "multiprocessing_context": context}
-        self.loader = DataLoader(dataset, batch_size=params["batch"],
-                                 sampler=CyclingSampler(params["items"], params["seed"]), num_workers=workers,
-                                 collate_fn=CountingCollate(self.board, collate), pin_memory=self.pin,
-                                 drop_last=True, **options)
+            self.loader_options |= {"prefetch_factor": params["prefetch_factor"], "timeout": params["timeout"],
+                                    "worker_init_fn": WorkerInit(self.board), "multiprocessing_context": context}
+        self.loader = DataLoader(dataset, sampler=CyclingSampler(params["items"], params["seed"]),
+                                 **self.loader_options)
         self.iterator: Iterator[Any] | None = None
         self.paused = False
         if start:
@@ -225,7 +236,7 @@ class LoaderStep(BatchStep):
         for _ in range(HANDLER_REPORTS):
             try:
                 with sigchld_held():
-                    dead = self.dead_workers(wait_s)
+                    dead = exited(self.board.worker_pids(), wait_s)
                     if dead:
                         self.close()
                     return dead
@@ -233,11 +244,6 @@ class LoaderStep(BatchStep):
                 if not is_handler_report(late):
                     raise
         raise RuntimeError(f"{self.variant}: DataLoader kept reporting dead workers while the loader was closed")
-
-    def dead_workers(self, wait_s: float = 0.0) -> list[int]:
-        """The workers that have exited (or are zombies) although the loader still runs, looking again for up to
-        ``wait_s`` seconds while there is none."""
-        return exited(self.board.worker_pids(), wait_s)
 
     def worker_pids(self) -> list[int]:
         """The pids of the workers that have started (each writes its own when it starts)."""
@@ -247,8 +253,6 @@ class LoaderStep(BatchStep):
         """Shut the workers down and wait until every one has exited; none is left behind."""
         self.paused = False
         iterator, self.iterator = self.iterator, None
-        if iterator is None:
-            return
         shut_down(iterator)
 
 
@@ -310,15 +314,9 @@ def make_step(variant: str, device: torch.device, params: Mapping[str, Any], *, 
     """Build the batch step of a variant or the floor, after `check_params` and a memory check.
 
     Args:
-        variant: one of `VARIANTS` or ``"floor"``.
-        device: where batches are delivered.
-        params: every parameter of the family, resolved.
+        variant, device, params, start, measure_uss, decoder, consume, source: as `LoaderStep`'s; ``variant`` may
+            also be ``"floor"``.
         check_cores: skip a case with more workers than usable cores (memory figures measure such a case).
-        start: start the iterator and the workers now.
-        measure_uss: workers record their USS when they start.
-        decoder: gpu_decode's JPEG decoder (see `LoaderStep`).
-        consume: replaces the model step (see `BatchStep`).
-        source: a data set and collate function instead of the variant's own (see `LoaderStep`).
 
     Raises:
         ValueError: parameters no case accepts.
@@ -332,25 +330,4 @@ def make_step(variant: str, device: torch.device, params: Mapping[str, Any], *, 
         return FloorStep(device, params)
     return LoaderStep(variant, device, params, start=start, measure_uss=measure_uss, decoder=decoder,
                       consume=consume, source=source)
-
-
-def read_fresh(variant: str, device: torch.device, params: Mapping[str, Any], read: Callable[[Any], T],
-               **options: Any) -> T:
-    """Build a case's step for one reading, read it, and close the step (its workers) whatever the reading raised.
-
-    Args:
-        variant: one of `VARIANTS` or ``"floor"``.
-        device: where batches are delivered.
-        params: every parameter of the family, resolved.
-        read: the figure's routine on a built step (with ``start=False`` it starts the loader itself).
-        **options: `make_step`'s.
-
-    Returns:
-        What ``read`` returned.
-    """
-    step = make_step(variant, device, params, **options)
-    try:
-        return read(step)
-    finally:
-        step.close()
 

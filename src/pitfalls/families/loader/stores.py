@@ -8,6 +8,12 @@ from typing import Any
 import numpy as np
 
 
+def packed(items: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """Variable-length items as (offsets, one uint8 buffer): item i is ``buffer[offsets[i]:offsets[i + 1]]``."""
+    sizes = np.fromiter((len(item) for item in items), dtype=np.int64, count=len(items))
+    return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64), np.frombuffer(b"".join(items), dtype=np.uint8)
+
+
 class ListStore:
     """The article's form: a Python list with one object per item (``bytes`` or an array).
 
@@ -18,34 +24,18 @@ class ListStore:
     def __init__(self, items: list[Any]) -> None:
         self.items = items
 
-    def __len__(self) -> int:
-        return len(self.items)
-
     def __getitem__(self, index: int) -> Any:
         return self.items[index]
-
-    @property
-    def nbytes(self) -> int:
-        return sum(len(item) if isinstance(item, bytes) else item.nbytes for item in self.items)
 
 
 class PackedBytes:
     """Variable-length items in one uint8 buffer with an offsets array: two objects, whatever the item count."""
 
     def __init__(self, items: Sequence[bytes]) -> None:
-        sizes = np.fromiter((len(item) for item in items), dtype=np.int64, count=len(items))
-        self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        self.buffer = np.frombuffer(b"".join(items), dtype=np.uint8)
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
+        self.offsets, self.buffer = packed(items)
 
     def __getitem__(self, index: int) -> np.ndarray:
         return self.buffer[self.offsets[index]:self.offsets[index + 1]]
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.buffer.nbytes + self.offsets.nbytes)
 
 
 class PackedArrays:
@@ -54,15 +44,8 @@ class PackedArrays:
     def __init__(self, items: Sequence[np.ndarray]) -> None:
         self.array = np.stack(items)
 
-    def __len__(self) -> int:
-        return len(self.array)
-
     def __getitem__(self, index: int) -> np.ndarray:
         return self.array[index]
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.array.nbytes)
 
 
 Store = ListStore | PackedBytes | PackedArrays

@@ -25,12 +25,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
-import torch
 from torch import Tensor
-from torch.utils.data import Dataset, default_collate
 
-from pitfalls.families.loader import probes, steady, verdict
+from pitfalls.families.loader import plants, probes, steady, verdict
 from pitfalls.families.loader.entry import ENTRY, NAME
 from pitfalls.families.loader.steps import BatchStep, make_step
 from pitfalls.known.one_run import OneRun
@@ -59,19 +58,18 @@ Timing = Callable[[BatchStep], float]
 Comparing = Callable[[BatchStep, BatchStep], float]
 
 
-class SleepingItems(Dataset[tuple[Tensor, Tensor]]):
+class SleepingItems(plants.Items):
     """A planted producer: each item sleeps ``per_item_s`` and is a tiny uint8 image and mask."""
 
-    def __init__(self, items: int, per_item_s: float) -> None:
-        self.items = items
-        self.per_item_s = per_item_s
+    size = PIXELS
 
-    def __len__(self) -> int:
-        return self.items
+    def __init__(self, items: int, per_item_s: float) -> None:
+        super().__init__(items)
+        self.per_item_s = per_item_s
 
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
         time.sleep(self.per_item_s)
-        return torch.zeros(3, PIXELS, PIXELS, dtype=torch.uint8), torch.zeros(PIXELS, PIXELS, dtype=torch.uint8)
+        return super().__getitem__(index)
 
 
 @dataclass(frozen=True)
@@ -88,10 +86,8 @@ class SleepingStep:
 def planted_step(workers: int, per_item_ms: float, step_ms: float, device: str = "cpu") -> BatchStep:
     """A loader step of `SleepingItems` and `SleepingStep` with ``workers`` workers (more than cores allowed:
     the workers sleep)."""
-    where, params = ENTRY.place("uint8", device, {"image_size": PIXELS, "batch": BATCH, "items": ITEMS,
-                                                  "num_workers": workers})
-    return make_step("uint8", where, params, check_cores=False, consume=SleepingStep(step_ms / 1000),
-                     source=(SleepingItems(ITEMS, per_item_ms / 1000), default_collate))
+    return plants.step(SleepingItems(ITEMS, per_item_ms / 1000), device, consume=SleepingStep(step_ms / 1000),
+                        image_size=PIXELS, batch=BATCH, num_workers=workers)
 
 
 def planted_rate(workers: int, per_item_ms: float, step_ms: float) -> float:
@@ -111,12 +107,8 @@ def per_item_ms(workers: int, side: str) -> float:
 def throughput(workers: int, side: str, device: str, timing: Timing = probes.samples_per_second) -> Reading:
     """Samples/s of a planted producer/consumer pair, read by ``timing`` (the published figure's routine)."""
     cost = per_item_ms(workers, side)
-    step = planted_step(workers, cost, STEP_MS, device)
-    try:
-        measured = timing(step)
-    finally:
-        step.close()
-    return rate_reading(workers, side, measured)
+    with planted_step(workers, cost, STEP_MS, device) as step:
+        return rate_reading(workers, side, timing(step))
 
 
 def rate_reading(workers: int, side: str, measured: float) -> Reading:
@@ -138,12 +130,9 @@ def blocked(baseline: BatchStep, candidate: BatchStep) -> float:
 def known_speedup(device: str, compare: Comparing = blocked) -> Reading:
     """Speedup of a producer of p over one of 2p (producer-bound, `KNOWN_WORKERS` workers): 2.0."""
     workers, cost, step_ms = KNOWN_WORKERS, 10.0, 2.0
-    slow, fast = planted_step(workers, 2 * cost, step_ms, device), planted_step(workers, cost, step_ms, device)
-    try:
+    with (planted_step(workers, 2 * cost, step_ms, device) as slow,
+          planted_step(workers, cost, step_ms, device) as fast):
         measured = compare(slow, fast)
-    finally:
-        slow.close()
-        fast.close()
     return Reading(planted_rate(workers, cost, step_ms) / planted_rate(workers, 2 * cost, step_ms), measured,
                    f"W={workers}, {2 * cost:g} against {cost:g} ms per item, {PAIRS}")
 
@@ -151,12 +140,9 @@ def known_speedup(device: str, compare: Comparing = blocked) -> Reading:
 def self_speedup(workers: int, device: str, compare: Comparing = blocked) -> Reading:
     """``naive`` against itself at smoke sizes, neither started before its first block: 1.00."""
     where, params = ENTRY.place("naive", device, {**ENTRY.smoke, "num_workers": workers})
-    first, second = (make_step("naive", where, params, check_cores=False, start=False) for _ in range(2))
-    try:
+    with (make_step("naive", where, params, check_cores=False, start=False) as first,
+          make_step("naive", where, params, check_cores=False, start=False) as second):
         measured = compare(first, second)
-    finally:
-        first.close()
-        second.close()
     return Reading(1.0, measured, f"naive, W={workers}, smoke sizes, {PAIRS}")
 
 
@@ -169,9 +155,9 @@ def planted_wait_share(workers: int, per_item_ms: float, step_ms: float) -> floa
     return (period_ms - step_ms) / period_ms
 
 
-def planted_starves_below_ms(workers: int, per_item_ms: float, threshold: float = verdict.WAIT_THRESHOLD) -> float:
+def planted_starves_below_ms(workers: int, per_item_ms: float) -> float:
     """The step cost (ms) below which a planted producer starves the step (see the module's docstring)."""
-    load_ms = BATCH * per_item_ms
+    load_ms, threshold = BATCH * per_item_ms, verdict.WAIT_THRESHOLD
     return load_ms * (1 - threshold) / threshold if workers == 0 else (1 - threshold) * load_ms / workers
 
 
@@ -179,11 +165,8 @@ def producer_bound(workers: int, device: str, run: Callable[[BatchStep], steady.
                    ) -> steady.Steady:
     """``run``'s steady state of a producer-bound planted pair (the producer's batch twice the step, per worker):
     the run both published figures of a case, its samples/s and its verdict, are read from."""
-    step = planted_step(workers, per_item_ms(workers, "producer"), STEP_MS, device)
-    try:
+    with planted_step(workers, per_item_ms(workers, "producer"), STEP_MS, device) as step:
         return run(step)
-    finally:
-        step.close()
 
 
 def judged(workers: int, device: str, run: Callable[[BatchStep], steady.Steady] = steady.run) -> verdict.Verdict:
@@ -191,12 +174,11 @@ def judged(workers: int, device: str, run: Callable[[BatchStep], steady.Steady] 
     return verdict.judge(producer_bound(workers, device, run), workers)
 
 
-def alone(measure: Callable[[], Reading], processes: int) -> Reading:
-    """Take a timed reading once other work leaves a core to each of its ``processes`` (the main one and each
-    worker), and say in its detail what other work it ran beside (`pitfalls.known.other_work`: the misses of
-    these rows measured there came from processes running beside them, not from what ran before)."""
-    reading, conditions = on_free_cores(measure, processes)
-    return noted(reading, conditions)
+def alone(processes: int, measure: Callable[..., Reading], *args: Any) -> Reading:
+    """Take a timed reading, ``measure(*args)``, once other work leaves a core to each of its ``processes`` (the main
+    one and each worker), and say in its detail what other work it ran beside (`pitfalls.known.other_work`: the
+    misses of these rows measured there came from processes running beside them, not from what ran before)."""
+    return noted(*on_free_cores(partial(measure, *args), processes))
 
 
 def noted(reading: Reading, conditions: Conditions) -> Reading:
@@ -233,66 +215,50 @@ def starves_below(workers: int, device: str, judge: Callable[[int, str], verdict
                    f"W={workers}, {cost:g} ms per item, batch {BATCH}, threshold {verdict.WAIT_THRESHOLD:.0%}")
 
 
-def _check(name: str, instrument: str, unit: str, tolerance: float, measure: Callable[[str], Reading],
-           why: str) -> Check:
-    return Check(name=name, instruments=(instrument,), unit=unit, tolerance=tolerance, measure=measure,
-                 family=NAME, why=why)
-
-
 def checks() -> tuple[Check, ...]:
     """Every calibration row of the loader family."""
-    rows: list[Check] = []
-    for workers in WORKERS:
-        for side in ("producer", "consumer"):
-            rows.append(_check(f"loader samples/s: W={workers}, {side}-bound", SAMPLES_PER_SECOND, "samples/s",
-                               0.10, partial(_throughput_on, workers, side),
-                               "the issue's bar; sleeps, so the two cores do not decide it"))
-    rows.append(_check(f"loader speedup: producer 2p against p, W={KNOWN_WORKERS}", SPEEDUP, "x", 0.10, _known_on,
-                       "steady-state blocks of the planted producers"))
+    rows = [plants.row(f"loader samples/s: W={workers}, {side}-bound", probes.SAMPLES_PER_SECOND, "samples/s", 0.10,
+                        partial(_throughput_on, workers, side), "the issue's bar; sleeps, so the two cores do not "
+                        "decide it") for workers in WORKERS for side in ("producer", "consumer")]
+    rows.append(Check(f"loader speedup: producer 2p against p, W={KNOWN_WORKERS}", (SPEEDUP,), "x", 0.10,
+                      partial(alone, KNOWN_WORKERS + 1, known_speedup), family=NAME,
+                      why="steady-state blocks of the planted producers"))
     # Real work on 2 shared cores, 20 runs each beside a busy loop on one of them: without workers the case read
     # 0.982-1.025 (many short block pairs, see `pitfalls.probes.timing.BLOCKED_SECONDS`), the issue's 5 %; with 2
     # workers, whose blocks are their 60 batches and a start, 0.920-1.122 (3 of 20 beyond 10 %): the workers, the
     # main process and the co-runner share 2 cores. So every timed row waits for a core per process of its own
     # (`alone`).
     for workers, tolerance in ((0, 0.05), (2, 0.10)):
-        rows.append(_check(f"loader speedup: naive against itself, W={workers}", SPEEDUP, "x", tolerance,
-                           partial(_self_on, workers), "the same case reads 1.00; spread measured here"))
+        rows.append(Check(f"loader speedup: naive against itself, W={workers}", (SPEEDUP,), "x", tolerance,
+                          partial(alone, workers + 1, self_speedup, workers), family=NAME,
+                          why="the same case reads 1.00; spread measured here"))
     # The loader's own cost per batch (3-5 ms here, see STEP_MS) lands in the wait or the step: the planted shares
     # 0.667 (W=0) and 0.5 (W=2) read +0.2 to +1.3 % and -0.1 to +2.8 % here at load 4-11.
     for workers in JUDGED_WORKERS:
-        rows.append(_check(f"loader wait share: W={workers}, producer-bound", WAIT_SHARE, "share", 0.10,
-                           partial(_wait_on, workers), "the verdict's figure; sleeps, spread measured here"))
+        rows.append(plants.row(f"loader wait share: W={workers}, producer-bound", probes.WAIT_SHARE, "share", 0.10,
+                                partial(_judged_on, wait_share, workers),
+                                "the verdict's figure; sleeps, spread measured here"))
     # From the same runs. Without workers the crossover is the wait times (1 - t) / t = 9, so the loader's own few ms
     # per batch count nine times against the planted 100 ms of loading: read 2.1 % high here (1.6 % with W=2).
     for workers in JUDGED_WORKERS:
-        rows.append(_check(f"loader starves below: W={workers}, producer-bound", STARVES_BELOW, "ms", 0.10,
-                           partial(_starves_on, workers), "the verdict's crossover, from the wait share's run"))
+        rows.append(plants.row(f"loader starves below: W={workers}, producer-bound", verdict.STARVES_BELOW, "ms",
+                                0.10, partial(_judged_on, starves_below, workers),
+                                "the verdict's crossover, from the wait share's run"))
     return tuple(rows)
 
 
-def _wait_on(workers: int, device: str) -> Reading:
-    run, conditions = _PRODUCER_BOUND.take("wait share", workers, device)
-    return noted(wait_share(workers, device, lambda *_: verdict.judge(run, workers)), conditions)
-
-
-def _starves_on(workers: int, device: str) -> Reading:
-    run, conditions = _PRODUCER_BOUND.take("starves below", workers, device)
-    return noted(starves_below(workers, device, lambda *_: verdict.judge(run, workers)), conditions)
+def _judged_on(read: Callable[[int, str, Callable[[int, str], verdict.Verdict]], Reading], workers: int,
+               device: str) -> Reading:
+    """``read`` (`wait_share`, `starves_below`) of the verdict of the producer-bound pair's shared run."""
+    run, conditions = _PRODUCER_BOUND.take(read.__name__, workers, device)
+    return noted(read(workers, device, lambda *_: verdict.judge(run, workers)), conditions)
 
 
 def _throughput_on(workers: int, side: str, device: str) -> Reading:
     if side == "producer" and workers in JUDGED_WORKERS:
         run, conditions = _PRODUCER_BOUND.take("samples/s", workers, device)
         return noted(rate_reading(workers, side, run.samples_per_second), conditions)
-    return alone(partial(throughput, workers, side, device), workers + 1)
-
-
-def _known_on(device: str) -> Reading:
-    return alone(partial(known_speedup, device), KNOWN_WORKERS + 1)
-
-
-def _self_on(workers: int, device: str) -> Reading:
-    return alone(partial(self_speedup, workers, device), workers + 1)
+    return alone(workers + 1, throughput, workers, side, device)
 
 
 CHECKS: tuple[Check, ...] = checks()

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pitfalls.families.loader import steady
-from pitfalls.families.loader.entry import ENTRY
-from pitfalls.families.loader.steps import read_fresh
+from pitfalls.families.loader.entry import read_case
 from pitfalls.result import Unavailable
 
 __all__ = ["MODEL_MS", "STARVES_BELOW", "WAIT_THRESHOLD", "Verdict", "judge", "verdict"]
@@ -102,5 +101,4 @@ def verdict(variant: str, device: str, **sizes: Any) -> Verdict:
     Raises:
         SkipCase: the case cannot run here (more workers than cores, no device, no room).
     """
-    where, params = ENTRY.place(variant, device, sizes)
-    return read_fresh(variant, where, params, lambda step: judge(steady.run(step), step.prefetching_workers))
+    return read_case(variant, device, sizes, lambda step: judge(steady.run(step), step.prefetching_workers))

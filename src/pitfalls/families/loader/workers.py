@@ -18,6 +18,7 @@ import torch
 from torch.utils.data import Dataset, Sampler, get_worker_info
 
 from pitfalls.families.loader.data import single_threaded_opencv
+from pitfalls.family import SkipCase
 
 
 class CyclingSampler(Sampler[int]):
@@ -64,10 +65,10 @@ def settle_before_fork() -> None:
     release_free_heap()
 
 
-def uss_without_batches() -> int:
-    """This process's USS less the pages of torch's shared-memory segments it maps (the batches it is handing
-    over), which move from one process's USS to shared as soon as the main process maps them."""
-    maps = psutil.Process().memory_maps(grouped=True)
+def uss_without_batches(pid: int | None = None) -> int:
+    """The USS of process ``pid`` (None: this one) less the pages of torch's shared-memory segments it maps (the
+    batches it is handing over), which move from one process's USS to shared as soon as the main process maps them."""
+    maps = psutil.Process(pid).memory_maps(grouped=True)
     return sum(m.private_clean + m.private_dirty for m in maps if "/torch_" not in m.path)
 
 
@@ -186,6 +187,15 @@ class CountingCollate:
         if info is not None:
             self.board.made_batch(info.id)
         return batch
+
+
+def forked_workers_only(workers: int, start_method: str) -> None:
+    """Raise SkipCase unless workers fork from this process: only they share its pages, to copy them on write."""
+    if workers < 1:
+        raise SkipCase("num_workers=0: no worker process, nothing is copied on write")
+    if start_method != "fork":
+        raise SkipCase(f"start_method={start_method!r} workers get a pickled copy of the data set, not the parent's "
+                       "pages: nothing is copied on write")
 
 
 def usable_cores() -> int:

@@ -25,7 +25,7 @@ from pitfalls.families.parallel.step import (
     scaling_efficiency,
 )
 from pitfalls.known.one_run import OneRun
-from pitfalls.known.table import CPU, SPEEDUP, Check, Reading, own_instrument
+from pitfalls.known.table import SPEEDUP, Check, Reading, own_instrument
 from pitfalls.probes.timing import blocked_speedup
 from pitfalls.result import Unavailable
 
@@ -65,28 +65,23 @@ SCALING_SLEEPS_MS = (40.0, 80.0)
 HELD_MIB = (96.0, 32.0)
 
 
-def _group(sleeps_ms: tuple[float, ...]) -> DdpGroup:
-    config = StepConfig(world_size=len(sleeps_ms), batch=1, image_size=4)
-    return DdpGroup(config, "cpu", extra=["--plant-sleep-ms", *map(repr, sleeps_ms)])
-
-
-def _training_group(comm_delays_ms: tuple[float, float]) -> DdpGroup:
-    """Two ranks of the real segnet step (one bucket), one 4x4 image each; rank r's all-reduce waits
-    ``comm_delays_ms[r]`` first.
+def _planted_group(option: str, per_rank: Sequence[float], entry: Sequence[str] = ("-m", RANK_MODULE)) -> DdpGroup:
+    """Gloo ranks of one 4x4 image each, rank r planted with ``per_rank[r]`` of the rank module's ``option``.
 
     A small step: the ranks' compute differs from step to step, and that skew moves what rank 0 waits for its late
     peer. With 2 images of 48 x 48 (about 25 ms a step) the in-flight row read 53-64 ms for 60; with this, 58-60.
     """
-    return DdpGroup(StepConfig(world_size=2, batch=1, image_size=4), "cpu",
-                    extra=["--plant-comm-ms", *map(repr, comm_delays_ms)])
+    return DdpGroup(StepConfig(world_size=len(per_rank), batch=1, image_size=4), "cpu", entry=entry,
+                    extra=[option, *map(repr, per_rank)])
 
 
 def _median_growth(delays_ms: tuple[float, float], read: Callable[[DdpGroup], float | Unavailable]
                    ) -> float | Unavailable:
-    """Milliseconds ``read`` gives a group whose all-reduce waits ``delays_ms`` more than the same group's with no
-    wait: the median of ``COMM_PAIRS`` pairs, the two groups read in turn."""
-    planted, plain = _training_group(delays_ms), _training_group((0.0, 0.0))
-    try:
+    """Milliseconds ``read`` gives a group of the real segnet step (one bucket) whose all-reduce waits
+    ``delays_ms[r]`` in rank r more than the same group's with no wait: the median of ``COMM_PAIRS`` pairs, the two
+    groups read in turn."""
+    with (_planted_group("--plant-comm-ms", delays_ms) as planted,
+          _planted_group("--plant-comm-ms", (0.0, 0.0)) as plain):
         grown = []
         for _ in range(COMM_PAIRS):
             first, second = read(planted), read(plain)
@@ -95,39 +90,28 @@ def _median_growth(delays_ms: tuple[float, float], read: Callable[[DdpGroup], fl
             if isinstance(second, Unavailable):
                 return second
             grown.append(first - second)
-    finally:
-        planted.close()
-        plain.close()
     return statistics.median(grown) * 1e3
 
 
-def rank_sleep_reading(device: str) -> Reading:
+# Each reading below is given its `Check`'s device, always the CPU: the planted ranks are gloo ranks.
+
+
+def rank_sleep_reading(_device: str) -> Reading:
     """A group whose rank r sleeps ``SLEEPS_MS[r]`` per step: the step time (ms) must read the largest."""
-    planted = max(SLEEPS_MS)
-    if device != CPU:
-        return Reading(planted, Unavailable("the planted ranks are gloo ranks on the CPU"))
-    group = _group(SLEEPS_MS)
-    try:
-        seconds = group.block(STEPS)
-    finally:
-        group.close()
-    return Reading(planted, seconds * 1e3, f"{len(SLEEPS_MS)} ranks sleeping {SLEEPS_MS} ms, {STEPS} steps each")
+    step_s = sleeping_figures(SLEEPS_MS).step_s
+    assert not isinstance(step_s, Unavailable)  # a block of a group that answered
+    return Reading(max(SLEEPS_MS), step_s * 1e3, f"{len(SLEEPS_MS)} ranks sleeping {SLEEPS_MS} ms, {STEPS} steps each")
 
 
-def self_speedup_reading(device: str) -> Reading:
+def self_speedup_reading(_device: str) -> Reading:
     """Two identical groups of ranks (separate processes) compared by blocks: the speedup must read 1.00."""
-    if device != CPU:
-        return Reading(1.0, Unavailable("the planted ranks are gloo ranks on the CPU"))
-    first, second = _group(SLEEPS_MS), _group(SLEEPS_MS)
-    try:
+    with (_planted_group("--plant-sleep-ms", SLEEPS_MS) as first,
+          _planted_group("--plant-sleep-ms", SLEEPS_MS) as second):
         result = blocked_speedup(first.block, second.block, blocks=BLOCKS, calls=STEPS)
-    finally:
-        first.close()
-        second.close()
     return Reading(1.0, result.ratio, f"{result.rounds} block pairs of {STEPS} steps")
 
 
-def exposed_delay_reading(device: str) -> Reading:
+def exposed_delay_reading(_device: str) -> Reading:
     """Two DDP groups, one whose all-reduce waits ``COMM_DELAY_MS`` first: its exposed communication (ms) must read
     that much more than the other's, which runs the same hook without the wait (the median of ``COMM_PAIRS``
     pairs, the groups' blocks alternated).
@@ -136,49 +120,41 @@ def exposed_delay_reading(device: str) -> Reading:
     not in, reads about 0), and cancels what both groups share, so an offset common to both (a figure that kept the
     ``no_sync()`` step) is not what this row sees.
     """
-    if device != CPU:
-        return Reading(COMM_DELAY_MS, Unavailable("the planted ranks are gloo ranks on the CPU"))
     grown = _median_growth((COMM_DELAY_MS, COMM_DELAY_MS), lambda group: group.exposed_communication(STEPS))
     return Reading(COMM_DELAY_MS, grown,
                    f"2 ranks, one bucket: the median of {COMM_PAIRS} pairs of {STEPS}-step blocks, less the same "
                    "group's without the wait")
 
 
-def in_flight_reading(device: str) -> Reading:
+def in_flight_reading(_device: str) -> Reading:
     """Rank 1's all-reduce waits ``COMM_DELAY_MS`` first, rank 0's does not: rank 0's collective is in flight while
     it waits for its peer, so the figure (the mean over the ranks, ms) must read ``COMM_DELAY_MS / 2`` more than
     the same group's without the wait (the median of ``COMM_PAIRS`` pairs of profiled steps)."""
-    planted = COMM_DELAY_MS / 2
-    if device != CPU:
-        return Reading(planted, Unavailable("the planted ranks are gloo ranks on the CPU"))
     grown = _median_growth((0.0, COMM_DELAY_MS), lambda group: group.communication())
-    return Reading(planted, grown,
+    return Reading(COMM_DELAY_MS / 2, grown,
                    f"2 ranks, rank 1 late by {COMM_DELAY_MS:g} ms: the median of {COMM_PAIRS} pairs of profiled steps, "
                    "less the same group's without the wait")
+
+
+UNREAD = Unavailable("not read by this check")
 
 
 def sleeping_figures(sleeps_ms: tuple[float, ...]) -> ParallelFigures:
     """The step time and samples/s of a group of ranks that sleep ``sleeps_ms[r]`` per step (one image per rank),
     as `parallel.measure_figures` derives them: the group's block of `STEPS` steps, the global batch over it."""
-    group = _group(sleeps_ms)
-    try:
+    with _planted_group("--plant-sleep-ms", sleeps_ms) as group:
         step_s = group.block(STEPS)
-    finally:
-        group.close()
-    unread = Unavailable("not read by this check")
-    return ParallelFigures(step_s=step_s, samples_per_s=per_second(step_s, len(sleeps_ms)), ranks=unread,
-                           communication_s=unread, busy_pct=unread)
+    return ParallelFigures(step_s=step_s, samples_per_s=per_second(step_s, len(sleeps_ms)), ranks=UNREAD,
+                           communication_s=UNREAD, busy_pct=UNREAD)
 
 
-def scaling_reading(device: str, figures: Callable[[tuple[float, ...]], ParallelFigures] = sleeping_figures
+def scaling_reading(_device: str, figures: Callable[[tuple[float, ...]], ParallelFigures] = sleeping_figures
                     ) -> Reading:
     """Weak scaling of 2 ranks sleeping ``SCALING_SLEEPS_MS`` against 1 rank sleeping the first: the pair steps at
     the slower one's pace, half the rate per rank, so the efficiency must read the ratio of the sleeps (0.5)."""
-    planted = SCALING_SLEEPS_MS[0] / max(SCALING_SLEEPS_MS)
-    if device != CPU:
-        return Reading(planted, Unavailable("the planted ranks are gloo ranks on the CPU"))
     one, two = figures(SCALING_SLEEPS_MS[:1]), figures(SCALING_SLEEPS_MS)
-    return Reading(planted, scaling_efficiency(DDP, len(SCALING_SLEEPS_MS), two, one),
+    return Reading(SCALING_SLEEPS_MS[0] / max(SCALING_SLEEPS_MS),
+                   scaling_efficiency(DDP, len(SCALING_SLEEPS_MS), two, one),
                    f"1 rank sleeping {SCALING_SLEEPS_MS[0]:g} ms per step, then 2 sleeping {SCALING_SLEEPS_MS} ms; "
                    f"{STEPS} steps each")
 
@@ -190,35 +166,27 @@ def held_memory_figures(entry: Sequence[str] = ("-m", RANK_MODULE)) -> ParallelF
     Args:
         entry: what each rank runs (a test plants a faulty rank module).
     """
-    group = DdpGroup(StepConfig(world_size=2, batch=1, image_size=4), "cpu", entry=entry,
-                     extra=["--plant-step-mib", *map(repr, HELD_MIB)])
-    try:
+    with _planted_group("--plant-step-mib", HELD_MIB, entry) as group:
         group()
         ranks = tuple(group.measure())
-    finally:
-        group.close()
-    unread = Unavailable("not read by this check")
-    return ParallelFigures(step_s=unread, samples_per_s=unread, ranks=ranks, communication_s=unread, busy_pct=unread)
+    return ParallelFigures(step_s=UNREAD, samples_per_s=UNREAD, ranks=ranks, communication_s=UNREAD, busy_pct=UNREAD)
 
 
 # The three memory rows read one planted group's figures (a group per row tripled the rows' 27 s here).
 HELD_MEMORY: OneRun[ParallelFigures] = OneRun(held_memory_figures)
 
 
-def memory_reading(device: str, read: Callable[[ParallelFigures], float | Unavailable], planted: float,
+def memory_reading(_device: str, read: Callable[[ParallelFigures], float | Unavailable], planted: float,
                    figures: Callable[[], ParallelFigures], scale: float = 2**-20) -> Reading:
     """One memory figure of `held_memory_figures`, in MiB (``scale``) or as a ratio (``scale=1``).
 
     Args:
-        device: "cpu": the planted ranks are gloo ranks.
         read: the published figure, a `ParallelFigures` method.
         planted: its known answer.
         figures: the planted group's figures (a row's `HELD_MEMORY` reader: the group the three rows read; a test
             passes a faulty one).
         scale: the published unit (bytes) to the row's.
     """
-    if device != CPU:
-        return Reading(planted, Unavailable("the planted ranks are gloo ranks on the CPU"))
     measured = read(figures())
     if isinstance(measured, Unavailable):
         return Reading(planted, measured)

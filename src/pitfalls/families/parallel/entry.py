@@ -1,65 +1,24 @@
 """Article 001, multi-GPU training: ``nn.DataParallel`` gathers every output on the first GPU; DDP does not.
 
-One call of a case is one SGD(lr=1e-3, momentum=0.9) training step of the loss family's `SegNet` with its
-``ignore_index`` loss, on the same global batch (``world_size * batch`` seeded images) for every variant:
-
-============================= ========================================================================
-variant                       how the global batch is trained
-============================= ========================================================================
-single                        one process, one device, the whole global batch
-data_parallel                 ``nn.DataParallel`` over ``world_size`` GPUs; the logits of every replica
-                              are gathered on GPU 0, which computes the loss alone (the article's pitfall)
-data_parallel_loss_inside     the article's first fix: the loss is computed inside each replica's
-                              forward, so only one scalar per replica returns to GPU 0
-ddp                           ``DistributedDataParallel``, one process per device started by ``torchrun``
-                              (`launch`, `rank`); gloo on the CPU, nccl on GPUs
-============================= ========================================================================
-
-Why ``single`` comes first and there is no floor: the suite reads the first variant as the reference of the
-equivalence gate and the baseline of the speedup. Here that is the one-device step on the same global batch,
-which is also what a floor would be (the same job on the hardware one device has), so a separate floor case
-would only repeat it. The speedup of each variant over ``single`` is then its scaling over one device.
-
-Same step, not a similar one. A replica (or rank) divides its loss by its own number of valid pixels, and
-DataParallel and DDP average the replicas; that equals the whole batch's mean only when every replica holds the
-same number of valid pixels. The family's images therefore all hold exactly the same number of ignored pixels
-(-1 and the background class, each ``pixels // (C + 1)``, the share ``randint(-1, C)`` would give): every
-variant then computes the same loss and gradient as ``single``, and the gate compares updated weights.
-
-Figures. Beyond time per step and the speedup over ``single``: samples/s, peak memory per rank (CUDA max
-allocated on GPUs; on the CPU what torch's allocator held at the step's high point above its start, from
-torch.profiler's memory events: the end of the forward, when every activation is alive),
-rank 0 against the others (the article's unbalanced memory), time in communication per step from the profiler
-(gloo's collectives on the CPU; nccl kernels and peer copies on GPUs), and NVML busy % per GPU (the article's
-"the other GPUs cool down waiting"). There is nothing to ``torch.compile`` across processes, and the suite's
-sync-hazard and CUDA-sync counters see only their own process, so those shared figures do not apply.
-
-Nets (the ``model`` parameter, not swept by the grids): the article's toy ``segnet``, whose 41 KB of gradients
-fit in DDP's first bucket, and ``wide``, the same net with a 25 MiB head whose gradients fill several buckets, so
-that communication can overlap backward (exposed against in flight). Weak scaling: ddp's samples/s at W ranks
-over W times one rank's.
-
-What each process runs (the data, the net, the `Trainer`) is in `step`; this module holds the entry, the
-devices, the family's own figures and the gate.
-
-Devices. ``data_parallel*`` need 2 or more CUDA devices; a case asking for more ranks than the machine has
-devices (GPUs, or CPU cores: on the CPU one core is one device, and every process of a case, the benchmark
-process's ``single`` and each gloo rank, runs its step on `pitfalls.devices.CPU_DEVICE_THREADS` intra-op threads)
-is skipped with the reason, before any process starts.
+The family's entry: its devices (a case this machine cannot run is skipped before any process starts), the memory
+each device holds, its own figures (samples/s, each rank's memory, communication, NVML busy %) and the gate. What
+each process runs is in `step`, the ddp ranks in `launch` and `rank`. The variants, why ``single`` comes first
+with no floor, why every image holds as many ignored pixels and what each figure reads: docs/families/parallel.md.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import Tensor
 
-from pitfalls.devices import CPU_DEVICE_THREADS, fits
+from pitfalls.devices import fits
 from pitfalls.families.loss import estimate_train_step_bytes
 from pitfalls.families.parallel.checks import (
     CHECKS,
@@ -85,7 +44,6 @@ from pitfalls.families.parallel.step import (
     STEP_PEAK,
     VARIANTS,
     ParallelFigures,
-    RankFigures,
     Shard,
     StepConfig,
     Trainer,
@@ -103,21 +61,8 @@ from pitfalls.family import SPEEDUP, TIME, Case, Comparison, Family, OwnFigure, 
 from pitfalls.probes.nvml import nvml_windows
 from pitfalls.result import Unavailable
 
-
-class Runner(Protocol):
-    """What a case of this family calls: a `Trainer` in this process, or a `launch.RankGroup`."""
-
-    def __call__(self) -> Any: ...
-
-    def block(self, units: int) -> float: ...
-
-    def measure(self) -> list[RankFigures]: ...
-
-    def communication(self) -> float | Unavailable: ...
-
-    def state(self) -> dict[str, Tensor]: ...
-
-    def close(self) -> None: ...
+# What a case of this family calls: a `Trainer` in this process, or the ranks of a `launch.DdpGroup`.
+Runner = Trainer | DdpGroup
 
 
 def usable_cpus() -> int:
@@ -148,19 +93,14 @@ def check_devices(variant: str, device: torch.device, world_size: int) -> None:
 FIGURE_STEPS = 10
 
 
-def case_devices(case: Case) -> list[torch.device]:
-    """The devices a case's step runs on, rank 0's first."""
-    if case.variant == SINGLE or case.device.type != "cuda":
-        return [case.device]
-    return [torch.device("cuda", i) for i in range(int(case.params["world_size"]))]
-
-
 def busy_per_device(case: Case, seconds: float) -> tuple[float, ...] | Unavailable:
     """NVML's GPU utilization (mean %) of each of the case's devices while it loops for ``seconds``."""
     if case.device.type != "cuda":
         return Unavailable(f"case runs on {case.device}: no GPU for NVML to read")
+    # The devices the step runs on, rank 0's first.
+    devices = [torch.device("cuda", i) for i in range(int(case.params["world_size"]))]
     busy = []
-    for summary in nvml_windows(case, case_devices(case), seconds):
+    for summary in nvml_windows(case, [case.device] if case.variant == SINGLE else devices, seconds):
         mean = utilization(summary)
         if isinstance(mean, Unavailable):
             return mean
@@ -173,7 +113,7 @@ def measure_figures(case: Case, *, steps: int = FIGURE_STEPS, nvml_seconds: floa
 
     Args:
         case: a case of this family.
-        steps: steps each process times (`Runner.block`, the routine of the speedup too).
+        steps: steps each process times (`Trainer.block`, `DdpGroup.block`: the routine of the speedup too).
         nvml_seconds: seconds the case loops while NVML samples each GPU (GPUs only).
     """
     runner = cast(Runner, case.call)
@@ -187,8 +127,6 @@ def measure_figures(case: Case, *, steps: int = FIGURE_STEPS, nvml_seconds: floa
         busy_pct=figure(lambda: busy_per_device(case, nvml_seconds)),
         exposed_communication_s=figure(lambda: exposed_communication(runner, steps)),
     )
-
-
 
 
 def exposed_communication(runner: Runner, steps: int) -> float | Unavailable:
@@ -217,7 +155,7 @@ def make_runner(variant: str, device: torch.device, config: StepConfig) -> Runne
     check_devices(variant, device, config.world_size)
     check_memory(variant, device, config)
     if variant == DDP:
-        return DdpGroup(config, device.type, threads=CPU_DEVICE_THREADS)
+        return DdpGroup(config, device.type)
     return make_trainer(variant, device, config)
 
 
@@ -281,15 +219,13 @@ def check_memory(variant: str, device: torch.device, config: StepConfig) -> None
     that share its memory)."""
     if not _ESTIMATE_REFUSES[-1]:
         return
-    needs = device_estimates(variant, {"world_size": config.world_size, "batch": config.batch,
-                                       "image_size": config.image_size, "model": config.model})
+    needs = device_estimates(variant, dataclasses.asdict(config))
     if device.type == "cuda":
-        for index, needed in enumerate(needs):
-            ok, reason = fits(torch.device("cuda", index), needed)
-            if not ok:
-                raise SkipCase(f"{variant}: {reason}")
+        held = [(torch.device("cuda", index), needed) for index, needed in enumerate(needs)]
     else:
-        ok, reason = fits(device, sum(needs))
+        held = [(device, sum(needs))]
+    for where, needed in held:
+        ok, reason = fits(where, needed)
         if not ok:
             raise SkipCase(f"{variant}: {reason}")
 
@@ -321,7 +257,7 @@ def updates_after(runner: Runner, config: StepConfig, steps: int = GATE_STEPS) -
     initial = {f"net.{name}": value for name, value in initial_net(config).state_dict().items()}
     for _ in range(steps):
         runner()
-    states = [runner.full_state()] if isinstance(runner, Trainer) else cast(DdpGroup, runner).states()
+    states = [runner.full_state()] if isinstance(runner, Trainer) else runner.states()
     return [{name: value - initial[name] if name in initial else value for name, value in state.items()}
             for state in states]
 
@@ -381,7 +317,7 @@ def compare(family: Family, variant: str, device: torch.device) -> Comparison:
         runner = make_runner(variant, device, config)
         try:
             got = updates_after(runner, config)
-            shards = [runner.shard] if isinstance(runner, Trainer) else cast(DdpGroup, runner).shards()
+            shards = [runner.shard] if isinstance(runner, Trainer) else runner.shards()
         finally:
             runner.close()
     except SkipCase as skip:
@@ -405,12 +341,12 @@ def own_figures(case: Case) -> list[OwnFigure]:
     """The family's own figures of a built case, for ``pitfalls probe`` (bench_parallel.Ranks has the same)."""
     figures = measure_figures(case)
     return [
-        (STEP_TIME_FIGURE, _ms(figures.step_s), "ms",
+        (STEP_TIME_FIGURE, _scaled(figures.step_s, 1e3), "ms",
          f"the slowest process's median of {FIGURE_STEPS} steps timed in it"),
         (SAMPLES_PER_SECOND_FIGURE, figures.samples_per_s, "samples/s", "the global batch over the step time"),
-        (RANK0_MEMORY_FIGURE, _mib(figures.rank0_memory()), "MiB",
+        (RANK0_MEMORY_FIGURE, _scaled(figures.rank0_memory(), 2**-20), "MiB",
          f"CUDA max allocated on a GPU; on the CPU the {STEP_PEAK}, above its start (torch.profiler)"),
-        (OTHERS_MEMORY_FIGURE, _mib(figures.others_memory()), "MiB", "their mean"),
+        (OTHERS_MEMORY_FIGURE, _scaled(figures.others_memory(), 2**-20), "MiB", "their mean"),
         (IMBALANCE_FIGURE, figures.memory_imbalance(), "x",
          "rank 0 over the others (DataParallel: GPU 0 holds more)"),
         (IN_FLIGHT_FIGURE, figures.communication_s, "s",
@@ -422,12 +358,8 @@ def own_figures(case: Case) -> list[OwnFigure]:
     ]
 
 
-def _mib(value: float | Unavailable) -> float | Unavailable:
-    return value if isinstance(value, Unavailable) else value / 2**20
-
-
-def _ms(value: float | Unavailable) -> float | Unavailable:
-    return value if isinstance(value, Unavailable) else value * 1e3
+def _scaled(value: float | Unavailable, unit: float) -> float | Unavailable:
+    return value if isinstance(value, Unavailable) else value * unit
 
 
 FAMILY = Family(

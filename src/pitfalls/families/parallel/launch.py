@@ -33,7 +33,7 @@ def rank_arguments(config: StepConfig, device_type: str, threads: int) -> list[s
     ]
 
 
-class DdpGroup:
+class DdpGroup(RankGroup):
     """``world_size`` DDP ranks started once; calling the group runs one step on every rank.
 
     Args:
@@ -54,26 +54,21 @@ class DdpGroup:
                  start_timeout_s: float = START_TIMEOUT_S, step_timeout_s: float = STEP_TIMEOUT_S) -> None:
         if device_type not in ("cpu", "cuda"):
             raise ValueError(f"device_type={device_type!r} is not allowed; allowed: cpu, cuda")
-        self.config = config
-        self.world_size = config.world_size
-        self.group = RankGroup(entry, config.world_size, args=[*rank_arguments(config, device_type, threads), *extra],
-                               threads=threads, start_timeout_s=start_timeout_s, step_timeout_s=step_timeout_s)
+        super().__init__(entry, config.world_size, args=[*rank_arguments(config, device_type, threads), *extra],
+                         threads=threads, start_timeout_s=start_timeout_s, step_timeout_s=step_timeout_s)
 
     @property
     def rank_pids(self) -> list[int]:
-        return [p.pid for p in self.group.popens]
-
-    def run(self, command: str) -> list[bytes]:
-        """One command on every rank (`pitfalls.distributed.RankGroup.run`)."""
-        return self.group.run(command)
+        return [p.pid for p in self.popens]
 
     def __call__(self) -> torch.Tensor:
         """Run one training step on every rank; return rank 0's loss, a scalar tensor as a one-process step's."""
         return torch.tensor(float(json.loads(self.run("step")[0])["loss"]))
 
-    def times(self, calls: int) -> list[list[float]]:
-        """Each rank's times of ``calls`` steps, timed in the rank after a barrier, rank 0 first."""
-        return [json.loads(reply) for reply in self.run(f"time {calls}")]
+    def times(self, calls: int, command: str = "time") -> list[list[float]]:
+        """Each rank's times of ``calls`` steps, timed in the rank after a barrier, rank 0 first (``time_no_sync``:
+        each step under ``no_sync()``)."""
+        return [json.loads(reply) for reply in self.run(f"{command} {calls}")]
 
     def block(self, calls: int) -> float:
         """Seconds per step of ``calls`` steps: the slowest rank's median (`pitfalls.distributed.step_seconds`)."""
@@ -83,8 +78,7 @@ class DdpGroup:
         """Seconds of a step that communication adds: the step time minus that of the same step under
         ``no_sync()`` (no all-reduce), both by the one routine, in blocks of ``calls`` steps."""
         with_sync = self.block(calls)
-        without = step_seconds([json.loads(reply) for reply in self.run(f"time_no_sync {calls}")])
-        return with_sync - without
+        return with_sync - step_seconds(self.times(calls, "time_no_sync"))
 
     def measure(self) -> list[RankFigures]:
         """Every rank's time and peak memory of a step (`step.Trainer.measure`)."""
@@ -99,14 +93,6 @@ class DdpGroup:
         """Every rank's weights and momentum buffers, rank 0 first."""
         return [torch.load(io.BytesIO(reply), weights_only=True) for reply in self.run("state")]
 
-    def state(self) -> dict[str, torch.Tensor]:
-        """Rank 0's weights."""
-        return {name[4:]: value for name, value in self.states()[0].items() if name.startswith("net.")}
-
     def shards(self) -> list[Shard]:
         """Which samples each rank trained on, rank 0 first."""
         return [Shard(**json.loads(reply)) for reply in self.run("shard")]
-
-    def close(self) -> None:
-        """Stop every rank; safe to call twice."""
-        self.group.close()

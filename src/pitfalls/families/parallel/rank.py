@@ -2,7 +2,7 @@
 
 Two ways to run it:
 
-- **Driven**: started by `pitfalls.distributed.RankGroup` (the family's `launch.ddp_group`) on one
+- **Driven**: started by `pitfalls.distributed.RankGroup` (the family's `launch.DdpGroup`) on one
   machine; the rank builds its share of the step, then runs the group's commands (`COMMANDS`) until told to stop.
 - **Standalone** (``--steps N --out DIR``, under ``torchrun``): the rank times N steps with the same routine
   (`pitfalls.distributed.time_steps`), measures its memory, communication and (on a GPU) NVML busy %, and writes
@@ -33,6 +33,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from pitfalls.argtypes import positive
 from pitfalls.distributed import serve, step_seconds, time_steps
 from pitfalls.distributed.control import CONTROL_ENV
 from pitfalls.distributed.launch import PROCESS_GROUP_TIMEOUT_S
@@ -46,16 +47,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu",
                         help="cpu (gloo) or cuda (nccl); default cuda when present")
-    parser.add_argument("--batch", type=int, default=4, help="images per rank (default 4)")
-    parser.add_argument("--image-size", type=int, default=64, help="image height and width (default 64)")
+    parser.add_argument("--batch", type=positive(int), default=4, help="images per rank (default 4)")
+    parser.add_argument("--image-size", type=positive(int), default=64, help="image height and width (default 64)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the weights and the images (default 0)")
     parser.add_argument("--lr", type=float, default=1e-3, help="SGD learning rate (default 1e-3)")
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32",
                         help="the net's and the images' dtype (default float32)")
     parser.add_argument("--model", choices=MODELS, default=SEGNET,
                         help="the net: segnet (the article's, one DDP bucket) or wide (25 MiB: several buckets)")
-    parser.add_argument("--world-size", type=int, help="expected world size (default: the launcher's WORLD_SIZE)")
-    parser.add_argument("--threads", type=int, help="intra-op threads (default: torch's, from OMP_NUM_THREADS)")
+    parser.add_argument("--world-size", type=positive(int),
+                        help="expected world size (default: the launcher's WORLD_SIZE)")
+    parser.add_argument("--threads", type=positive(int),
+                        help="intra-op threads (default: torch's, from OMP_NUM_THREADS)")
     parser.add_argument("--pg-timeout", type=float, default=PROCESS_GROUP_TIMEOUT_S,
                         help=f"seconds a collective may wait for a peer (default {PROCESS_GROUP_TIMEOUT_S:g})")
     parser.add_argument("--plant-sleep-ms", type=float, nargs="+", metavar="MS",
@@ -67,7 +70,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="calibration: rank r's forward also holds the r-th value in MiB until its backward "
                              "(one value: every rank)")
     alone = parser.add_argument_group("standalone (one torchrun per node)")
-    alone.add_argument("--steps", type=int, default=20, help="timed steps (default 20)")
+    alone.add_argument("--steps", type=positive(int), default=20, help="timed steps (default 20)")
     alone.add_argument("--out", type=Path, help="folder for this node's rank files (and rank 0's summary.json)")
     args = parser.parse_args(argv)
     if CONTROL_ENV not in os.environ and args.out is None:
@@ -76,10 +79,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         for value in getattr(args, option) or ():
             if not value >= 0:
                 parser.error(f"--{option.replace('_', '-')}={value:g} is not allowed; it must be >= 0")
-    for name in ("batch", "image_size", "steps", "threads", "world_size"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            parser.error(f"--{name.replace('_', '-')}={value} is not allowed; it must be an int >= 1")
     return args
 
 
@@ -143,15 +142,10 @@ def _json(value: Any) -> bytes:
     return json.dumps(value).encode()
 
 
-def timed(trainer: Trainer | SleepStep, steps: str) -> bytes:
-    """``time N``: this rank's times of N steps after a barrier (`pitfalls.distributed.time_steps`)."""
-    return _json(time_steps(trainer.step, trainer.synchronize, int(steps), barrier=dist.barrier))
-
-
-def timed_without_communication(trainer: Trainer, steps: str) -> bytes:
-    """``time_no_sync N``: as ``time``, each step under DDP's ``no_sync()`` (no all-reduce)."""
-    return _json(time_steps(trainer.step_without_communication, trainer.synchronize, int(steps),
-                            barrier=dist.barrier))
+def timed(step: Callable[[], object], trainer: Trainer | SleepStep, steps: str) -> bytes:
+    """``time N``: this rank's times of N steps after a barrier (`pitfalls.distributed.time_steps`); ``time_no_sync
+    N`` times the step under DDP's ``no_sync()`` (no all-reduce)."""
+    return _json(time_steps(step, trainer.synchronize, int(steps), barrier=dist.barrier))
 
 
 def state(trainer: Trainer, _: str) -> bytes:
@@ -175,12 +169,12 @@ def communication(trainer: Trainer, _: str) -> bytes:
 
 COMMANDS: dict[str, Callable[[Any, str], bytes]] = {
     "step": step,
-    "time": timed,
-    "time_no_sync": timed_without_communication,
+    "time": lambda trainer, steps: timed(trainer.step, trainer, steps),
+    "time_no_sync": lambda trainer, steps: timed(trainer.step_without_communication, trainer, steps),
     "measure": lambda trainer, _: _json(asdict(trainer.measure()[0])),
     "communication": communication,
     "state": state,
-    "shard": lambda trainer, _: _json(trainer.shard.as_dict()),
+    "shard": lambda trainer, _: _json(asdict(trainer.shard)),
 }
 
 

@@ -1,14 +1,12 @@
-"""One process's part of the parallel family's training step: the data, the net, the trainer of each variant.
-
-What every process of the family runs, the benchmark process (``single``, DataParallel) and each DDP rank alike:
+"""One process's part of the parallel family's training step, the benchmark process's and each DDP rank's alike:
 the seeded global batch and each rank's share of it, the net's seeded initial weights, and a `Trainer` that runs
-one step and measures its time, peak memory and communication. The family's entry, its devices, figures and gate
-are in `parallel`; the DDP launcher and rank entry point in `launch` and `rank`.
+one step and measures its time, peak memory and communication.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import socket
 import time
@@ -100,7 +98,7 @@ def seeded_images(first: int, count: int, image_size: int, num_classes: int, see
     Each image is drawn from its own seed, so a rank builds only its own share and gets exactly the images
     ``single`` holds at the same positions. Labels: valid classes in [0, C-1), then ``pixels // (C + 1)`` pixels
     set to -1 and as many to the background class C-1, at seeded positions: every image has the same number of
-    valid pixels (see the module docstring).
+    valid pixels (docs/families/parallel.md: "The same step, not a similar one").
 
     Returns:
         images ``[count, 3, H, W]`` float32 and labels ``[count, H, W]`` int64.
@@ -174,9 +172,6 @@ class Shard:
     def of(cls, first: int, images: Tensor) -> Shard:
         """The shard of ``images``, which claim to start at ``first``."""
         return cls(first, int(images.shape[0]), float(images.detach().to("cpu", torch.float64).sum()))
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"first": self.first, "count": self.count, "checksum": self.checksum}
 
 
 @dataclass(frozen=True)
@@ -295,16 +290,6 @@ def scaling_efficiency(variant: str, world_size: int, figures: ParallelFigures,
     return figures.samples_per_s / (world_size * one_rank.samples_per_s)
 
 
-def _union_seconds(intervals: Sequence[tuple[float, float]]) -> float:
-    """Length of the union of [start, end) intervals given in microseconds, in seconds."""
-    total, reach = 0.0, float("-inf")
-    for start, end in sorted(intervals):
-        if end > reach:
-            total += end - max(start, reach)
-            reach = end
-    return total / 1e6
-
-
 def allocated_peak(events: Sequence[Any]) -> int:
     """Bytes torch's CPU allocator held at the high point of a profiled window, above what it held at its start.
 
@@ -315,11 +300,8 @@ def allocated_peak(events: Sequence[Any]) -> int:
     Returns:
         The largest running sum of those, in time order; 0 when nothing was held beyond the start.
     """
-    held = peak = 0
-    for event in sorted((e for e in events if e.self_cpu_memory_usage), key=lambda e: e.time_range.start):
-        held += event.self_cpu_memory_usage
-        peak = max(peak, held)
-    return peak
+    ordered = sorted((e for e in events if e.self_cpu_memory_usage), key=lambda e: e.time_range.start)
+    return max(itertools.accumulate((e.self_cpu_memory_usage for e in ordered), initial=0))
 
 
 def communication_seconds(events: Sequence[Any], on_gpu: bool) -> float:
@@ -330,23 +312,17 @@ def communication_seconds(events: Sequence[Any], on_gpu: bool) -> float:
         on_gpu: read the device's nccl kernels and peer copies; else gloo's collectives on the CPU.
 
     Returns:
-        Seconds.
+        Seconds: the length of the union of the events' [start, end) intervals.
     """
     prefixes = _GPU_COMMUNICATION if on_gpu else _CPU_COMMUNICATION
     wanted = torch.autograd.DeviceType.CUDA if on_gpu else torch.autograd.DeviceType.CPU
-    intervals = [
-        (event.time_range.start, event.time_range.end)
-        for event in events
-        if event.device_type == wanted and event.name.startswith(prefixes)
-    ]
-    return _union_seconds(intervals)
-
-
-def synchronize_all(devices: Sequence[torch.device]) -> None:
-    """Wait for the queued work of every CUDA device in ``devices``; nothing to wait for on the CPU."""
-    for device in devices:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted((e.time_range.start, e.time_range.end) for e in events
+                             if e.device_type == wanted and e.name.startswith(prefixes)):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total / 1e6  # the profiler's times are microseconds
 
 
 class Trainer:
@@ -395,7 +371,10 @@ class Trainer:
         return self.step()
 
     def synchronize(self) -> None:
-        synchronize_all(self.devices)
+        """Wait for the queued work of every CUDA device the step runs on; nothing to wait for on the CPU."""
+        for device in self.devices:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
 
     def block(self, calls: int) -> float:
         """Seconds per step of ``calls`` steps: the suite's one step routine (`pitfalls.distributed.time_steps`),
@@ -440,10 +419,6 @@ class Trainer:
             self.synchronize()
         return communication_seconds(profiler.events(), on_gpu)
 
-    def state(self) -> dict[str, Tensor]:
-        """The net's weights, copied to the host."""
-        return {name: value.detach().cpu().clone() for name, value in self.net.state_dict().items()}
-
     def step_without_communication(self) -> None:
         """One step under DDP's ``no_sync()``: the same work without the gradient all-reduce (the weights drift
         apart across ranks meanwhile; only its time is wanted)."""
@@ -454,7 +429,7 @@ class Trainer:
 
     def full_state(self) -> dict[str, Tensor]:
         """The weights and the optimizer's momentum buffers (``momentum.<name>``), copied to the host."""
-        state = {f"net.{name}": value for name, value in self.state().items()}
+        state = {f"net.{name}": value.detach().cpu().clone() for name, value in self.net.state_dict().items()}
         for name, parameter in self.net.named_parameters():
             buffer = self.optimizer.state.get(parameter, {}).get("momentum_buffer")
             if buffer is not None:
