@@ -42,11 +42,8 @@ class Definitions:
         self._saved.append((cls, original))
         cls.__init__ = init  # type: ignore[misc]
 
-    def _optimizer_made(self) -> None:
-        self.optimizers_made = True
-
     def __enter__(self) -> Definitions:
-        self._wrap(torch.optim.Optimizer, self._optimizer_made)
+        self._wrap(torch.optim.Optimizer, lambda: setattr(self, "optimizers_made", True))
         self._wrap(_ConvNd)
         return self
 

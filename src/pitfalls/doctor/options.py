@@ -33,7 +33,7 @@ class DoctorOptions:
             CUDA: the allocator's peaks come with the timed steps).
         trial: a trial of `--try`: the timed steps' times and waits alone (no memory sampled), and the run stopped
             after them.
-        digests: the first batches whose digests are kept (`digest.batch_digest`), to compare runs' batches.
+        digests: the first batches whose digests are kept (`phases.batch_digest`), to compare runs' batches.
     """
 
     warmup: int = DEFAULT_WARMUP

@@ -25,17 +25,17 @@ record, so that a host-side step count made there is known as host data.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import torch
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_flatten, tree_map
 
 from pitfalls.doctor.copies import CopyRecorder, CopySite
 from pitfalls.doctor.definitions import Definitions
-from pitfalls.doctor.digest import batch_digest
 from pitfalls.doctor.gpu import RealSyncs
 from pitfalls.doctor.options import DoctorOptions
 from pitfalls.doctor.rules import RuleWatch
@@ -87,6 +87,18 @@ def _cuda() -> bool:
 
 def _copy(batch: Any) -> Any:
     return tree_map(lambda leaf: leaf.detach().clone() if isinstance(leaf, torch.Tensor) else leaf, batch)
+
+
+def batch_digest(batch: Any) -> str:
+    """The SHA-256 of a batch (each tensor's dtype, shape and bytes, each other leaf's repr), to tell runs apart."""
+    digest = hashlib.sha256()
+    for leaf in tree_flatten(batch)[0]:
+        if isinstance(leaf, torch.Tensor):
+            digest.update(f"{leaf.dtype}{tuple(leaf.shape)}".encode())
+            digest.update(leaf.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        else:
+            digest.update(repr(leaf).encode())
+    return digest.hexdigest()
 
 
 def _makes_state(optimizer: torch.optim.Optimizer, stepped_before: bool, had_state: bool) -> bool:

@@ -130,25 +130,9 @@ def _tf32_device(tensor: torch.Tensor) -> bool:
     return torch.cuda.get_device_capability(tensor.device) >= (8, 0)
 
 
-class _Shapes(TorchDispatchMode):
-    """Count float32 and half-precision matmuls and convolutions by line, below autocast."""
-
-    def __init__(self, watch: RuleWatch) -> None:
-        super().__init__()
-        self._watch = watch
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 (torch's protocol)
-        packet = func.overloadpacket
-        if packet in _MATMULS:
-            first, second = _MATMULS[packet]
-            self._watch._matmul(args[first], args[second])
-        elif packet in _CONVOLUTIONS:
-            self._watch._convolution(args[0], args[1])
-        return func(*args, **(kwargs or {}))
-
-
-class RuleWatch:
-    """Read the rules during the scanned steps; `findings(steps)` after the block.
+class RuleWatch(TorchDispatchMode):
+    """Read the rules during the scanned steps; `findings(steps)` after the block. As a dispatch mode it sees the
+    dtypes and shapes of matmuls and convolutions below autocast.
 
     Args:
         definitions: where the script made its optimizers and convolutions.
@@ -156,6 +140,7 @@ class RuleWatch:
     """
 
     def __init__(self, definitions: Definitions, provenance: Provenance) -> None:
+        super().__init__()
         self._definitions = definitions
         self._provenance = provenance
         self.matmuls: Counter[_Key] = Counter()  # float32 without TF32
@@ -168,9 +153,17 @@ class RuleWatch:
         self._conv_outputs: dict[int, tuple[weakref.ref[torch.Tensor], int]] = {}
         self._optimizers: dict[int, tuple[weakref.ref[torch.optim.Optimizer], int]] = {}
         self._undo: list[Callable[[], None]] = []
-        self._mode: _Shapes | None = None
 
     # -- what the instruments see ---------------------------------------------------------------------------------
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 (torch's protocol)
+        packet = func.overloadpacket
+        if packet in _MATMULS:
+            first, second = _MATMULS[packet]
+            self._matmul(args[first], args[second])
+        elif packet in _CONVOLUTIONS:
+            self._convolution(args[0], args[1])
+        return func(*args, **(kwargs or {}))
 
     def _matmul(self, a: object, b: object) -> None:
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
@@ -232,14 +225,10 @@ class RuleWatch:
             original = cls.zero_grad
             cls.zero_grad = self._zero_grad(original)  # type: ignore[method-assign]
             self._undo.append(functools.partial(setattr, cls, "zero_grad", original))
-        self._mode = _Shapes(self)
-        self._mode.__enter__()
-        return self
+        return super().__enter__()
 
     def __exit__(self, *exc_info: object) -> None:
-        if self._mode is not None:
-            mode, self._mode = self._mode, None
-            mode.__exit__(*exc_info)
+        super().__exit__(*exc_info)
         for undo in reversed(self._undo):
             undo()
         self._undo = []

@@ -62,21 +62,18 @@ class Budget:
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
+        self.reason = f"the budget of {seconds:g} s was spent"  # why the run stops when the budget is spent
         self._deadline = time.monotonic() + seconds
         self._busy = 0
         self._pending = False
         self._previous: Any = None
         self._armed = False
 
-    def reason(self) -> str:
-        """Why the run stops when the budget is spent."""
-        return f"the budget of {self.seconds:g} s was spent"
-
     def _ring(self, _signum: int, _frame: FrameType | None) -> None:
         if self._busy:
             self._pending = True
             return
-        raise StopRun(self.reason())
+        raise StopRun(self.reason)
 
     def __enter__(self) -> Budget:
         if threading.current_thread() is threading.main_thread():
@@ -101,7 +98,7 @@ class Budget:
             self._busy -= 1
         if not self._busy and (self._pending or time.monotonic() >= self._deadline):
             self._pending = False
-            raise StopRun(self.reason())
+            raise StopRun(self.reason)
 
 
 class StepCounter:
