@@ -14,8 +14,7 @@ from pitfalls.doctor import known_try
 from pitfalls.doctor.options import DoctorOptions
 from pitfalls.doctor.report import LoaderFigures
 from pitfalls.doctor.run import run_doctor
-from pitfalls.doctor.settings import applied, describe, parse_setting
-from pitfalls.doctor.trial import Trial
+from pitfalls.doctor.trial import Trial, applied, describe, parse_setting
 from pitfalls.doctor.tries import DIGESTS, choose, trial_steps, try_settings
 
 QUICK = DoctorOptions(warmup=1, steps=2, scanned=1, digests=DIGESTS)

@@ -173,12 +173,9 @@ def compile_findings(breaks: Sequence[GraphBreakSite], recompiles: Sequence[Reco
         for b in breaks
     ]
     steps = len(timed.step_s)
-    if timed.began is None or timed.ended is None or steps == 0:
-        return found
-    began, ended = timed.began, timed.ended
     during: dict[tuple[str, str, str], list[Recompile]] = {}
     for r in recompiles:
-        if began <= r.started <= ended:
+        if steps and timed.during(r.started):
             during.setdefault((r.function, r.path, r.reason), []).append(r)
     for (function, path, reason), seen in during.items():
         found.append(Finding(

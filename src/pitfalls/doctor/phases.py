@@ -35,10 +35,9 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from pitfalls.doctor.copies import CopyRecorder, CopySite
-from pitfalls.doctor.definitions import Definitions
 from pitfalls.doctor.gpu import RealSyncs
 from pitfalls.doctor.options import DoctorOptions
-from pitfalls.doctor.rules import RuleWatch
+from pitfalls.doctor.rules import Definitions, RuleWatch
 from pitfalls.doctor.steps import StopRun
 from pitfalls.probes.group_memory import GroupMemory, GroupMemorySampler
 from pitfalls.probes.hostcopy import Provenance, keep_provenance
@@ -79,6 +78,10 @@ class Timed:
     ended: float | None = None
     cuda_peaks: list[int] = field(default_factory=list)
 
+    def during(self, when: float) -> bool:
+        """Whether a wall time (`time.time()`) falls within the timed steps."""
+        return self.began is not None and self.ended is not None and self.began <= when <= self.ended
+
 
 def _cuda() -> bool:
     # is_initialized, never is_available: nothing of CUDA starts before the script starts it.
@@ -113,16 +116,12 @@ def _makes_state(optimizer: torch.optim.Optimizer, stepped_before: bool, had_sta
 
 
 class Phases:
-    """Move a run through its phases at each step's end, entering and leaving each phase's instruments.
+    """Move a run through its phases at each step's end, entering and leaving each phase's instruments; ``options``:
+    the steps of each phase. `definitions` records where the script made its optimizers and convolutions."""
 
-    Args:
-        options: the steps of each phase.
-        definitions: where the script made its optimizers and convolutions (the rules name those lines).
-    """
-
-    def __init__(self, options: DoctorOptions, definitions: Definitions) -> None:
+    def __init__(self, options: DoctorOptions) -> None:
         self.options = options
-        self.definitions = definitions
+        self.definitions = Definitions()
         self.phase = SETUP
         self.provenance = Provenance()
         self.timed = Timed()

@@ -34,13 +34,12 @@ from torch.nn.modules.conv import _ConvNd
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pitfalls.doctor.definitions import Definitions
 from pitfalls.doctor.report import Finding, line_fields
 from pitfalls.probes.hostcopy import Provenance
 from pitfalls.probes.sites import SourceLine, locate_dispatch, source_line
 
-__all__ = ["CONV_BIAS", "FACTORY_COPY", "FOREACH", "PAGEABLE_COPY", "RULES", "SYNC_COPY", "Rule", "RuleWatch",
-           "TF32_CONV", "TF32_MATMUL", "UNALIGNED", "ZERO_GRAD"]
+__all__ = ["CONV_BIAS", "FACTORY_COPY", "FOREACH", "PAGEABLE_COPY", "RULES", "SYNC_COPY", "TF32_CONV", "TF32_MATMUL",
+           "UNALIGNED", "ZERO_GRAD", "Definitions", "Rule", "RuleWatch"]
 
 _MATCHER = "PyTorch's profiler pattern matcher (torch.profiler._pattern_matcher)"
 
@@ -128,6 +127,50 @@ def _tf32_device(tensor: torch.Tensor) -> bool:
     if tensor.device.type != "cuda":
         return True
     return torch.cuda.get_device_capability(tensor.device) >= (8, 0)
+
+
+class Definitions:
+    """Record the line that made each optimizer and each convolution while the block runs, for the rules that name
+    a definition.
+
+    `torch.optim.Optimizer.__init__` and `torch.nn.modules.conv._ConvNd.__init__` (every optimizer's and every
+    convolution's, however subclassed) are wrapped for the run and restored after it; each object made is kept weakly
+    with the script's line that made it (the innermost frame outside torch and the doctor). The optimizers' wrapper
+    also says whether the script made any optimizer, which decides how its steps are counted (`steps.StepCounter`).
+    """
+
+    def __init__(self) -> None:
+        self._lines: dict[int, tuple[weakref.ref[Any], SourceLine | None]] = {}
+        self._saved: list[tuple[type, Callable[..., None]]] = []
+        self.optimizers_made = False
+
+    def _wrap(self, cls: type, on_made: Callable[[], None] = lambda: None) -> None:
+        original = cls.__init__  # type: ignore[misc]
+        definitions = self
+
+        @functools.wraps(original)
+        def init(obj: Any, *args: Any, **kwargs: Any) -> None:
+            on_made()
+            original(obj, *args, **kwargs)
+            definitions._lines[id(obj)] = (weakref.ref(obj), source_line(locate_dispatch()[0]))
+
+        self._saved.append((cls, original))
+        cls.__init__ = init  # type: ignore[misc]
+
+    def __enter__(self) -> Definitions:
+        self._wrap(torch.optim.Optimizer, lambda: setattr(self, "optimizers_made", True))
+        self._wrap(_ConvNd)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for cls, original in reversed(self._saved):
+            cls.__init__ = original
+        self._saved = []
+
+    def line_of(self, obj: object) -> SourceLine | None:
+        """The script's line that made an optimizer or a convolution, or None when it was made elsewhere."""
+        entry = self._lines.get(id(obj))
+        return entry[1] if entry is not None and entry[0]() is obj else None
 
 
 class RuleWatch(TorchDispatchMode):

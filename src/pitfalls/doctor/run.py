@@ -20,7 +20,6 @@ from dataclasses import dataclass
 import torch
 
 from pitfalls.doctor import findings as build
-from pitfalls.doctor.definitions import Definitions
 from pitfalls.doctor.gpu import Bandwidth, copy_bandwidth
 from pitfalls.doctor.loader import LoaderWatch
 from pitfalls.doctor.options import DoctorOptions
@@ -208,11 +207,11 @@ def run_doctor(
     loaded = load_script(script)
     reset_dynamo()  # the script compiles as in a fresh process, whatever this one compiled before
     began = time.perf_counter()
-    definitions = Definitions()
-    phases = Phases(options, definitions)
+    phases = Phases(options)
     budget = Budget(options.budget_s)
-    counter = StepCounter(phases.first_step_started, phases.step_ended, budget, lambda: definitions.optimizers_made,
-                          phases.optimizer_stepping, phases.optimizer_stepped)
+    counter = StepCounter(phases.first_step_started, phases.step_ended, budget,
+                          lambda: phases.definitions.optimizers_made, phases.optimizer_stepping,
+                          phases.optimizer_stepped)
     def arrived(seconds: float, workers: int, batch: object, pinned: bool) -> None:
         counter.batch_delivered()
         phases.batch_arrived(seconds, workers, batch, pinned)
@@ -256,12 +255,11 @@ def _report(script: Script, args: Sequence[str], options: DoctorOptions, phases:
         *(phases.rules.findings(phases.scanned_steps, no_gpu or NO_FIX_COST) if phases.rules is not None else ()),
     ]
     ranked = build.rank(found, mean_ms)
-    timed_window = (timed.began or 0.0, timed.ended or 0.0)
     compile_figures = CompileFigures(
         graph_breaks=tuple({"reason": b.reason, "path": b.path, "line": b.line, "explanation": b.explanation,
                             "hint": b.hint} for b in breaks),
         recompiles=tuple({"function": r.function, "path": r.path, "reason": r.reason,
-                          "during_timed_steps": timed_window[0] <= r.started <= timed_window[1]}
+                          "during_timed_steps": timed.during(r.started)}
                          for r in recompiles),
         compile_s=None if isinstance(compile_s, Unavailable) else compile_s,
         unavailable=unavailable,

@@ -35,8 +35,7 @@ from typing import Any
 from pitfalls import processes
 from pitfalls.doctor.options import DoctorOptions
 from pitfalls.doctor.report import DoctorReport, LoaderFigures
-from pitfalls.doctor.settings import LoaderSetting, describe
-from pitfalls.doctor.trial import Trial
+from pitfalls.doctor.trial import LoaderSetting, Trial, describe
 from pitfalls.families.loader.steady import MIN_BATCHES, TIMED_PER_PREFILLED, prefilled
 
 __all__ = ["AUTO", "DIGESTS", "Tried", "TryRow", "choose", "trial_steps", "try_settings"]
@@ -48,8 +47,6 @@ DIGESTS = 4
 DEFAULT_PREFETCH = 2
 # Seconds a trial may take past its own budget (the interpreter's and torch's import) before it is stopped.
 START_S = 120.0
-
-Runner = Callable[[Trial], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -162,7 +159,7 @@ def _run_child(trial: Trial) -> dict[str, Any]:
 
 
 def try_settings(report: DoctorReport, options: DoctorOptions, settings: Sequence[LoaderSetting],
-                 run: Runner = _run_child) -> Tried:
+                 run: Callable[[Trial], dict[str, Any]] = _run_child) -> Tried:
     """Run the script's own setting and each of ``settings`` in fresh processes; the table.
 
     Args:
