@@ -1,14 +1,7 @@
-"""A gate for a whole training script: what a run found, saved, and a later run checked against it.
-
-`pitfalls doctor --save-baseline FILE` writes each sync line with its count per step, each copy, each graph break
-and each rule found. `pitfalls doctor --baseline FILE` runs the script again and names each line that is new, each
-count that grew, each new graph break or rule (exit 1), and what was removed (exit 0 when nothing was added).
-
-A line is matched by its file, its function and its code, not its number, so that an edit above it does not fail the
-gate; identical lines of one function add up. The script's own file is named ``<script>``, so a baseline saved from
-one path checks a copy at another; other files by their path from the script's folder where they lie inside it.
-Counts per step are exact on a CPU (each scanned step runs the same lines), so a count that grew by any amount is
-named.
+"""A gate for a whole training script (``--save-baseline``, ``--baseline``; docs/doctor.md, "--baseline"): what a run
+found, saved, and a later run checked against it. A line is matched by its file, its function and its code, not its
+number; the script's own file is ``<script>``, other files by their path from the script's folder where they lie
+inside it. Counts per step are exact on a CPU, so a count that grew by any amount is named.
 """
 
 from __future__ import annotations
@@ -20,7 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from linecache import getline
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from pitfalls.doctor.report import DoctorReport
 
@@ -33,15 +26,9 @@ SCRIPT = "<script>"
 _SAME = 1e-9
 
 
-class _Key(NamedTuple):
-    """What a baseline entry is, whatever its line number."""
-
-    kind: str
-    what: str
-    file: str
-    function: str
-    code: str
-
+# What a baseline entry is, whatever its line number: its kind, what, file, function and code.
+_FIELDS = ("kind", "what", "file", "function", "code")
+_Key = tuple[str, str, str, str, str]
 
 class BaselineError(ValueError):
     """A baseline file that cannot be read or written: one line, exit 2."""
@@ -146,7 +133,7 @@ def entries(report: DoctorReport) -> dict[_Key, tuple[int | None, float | None]]
 
     def add(kind: str, what: str, path: str | None, function: str, code: str, line: int | None,
             count: float | None) -> None:
-        key = _Key(kind, what, _file(path, report.script), function, code)
+        key = (kind, what, _file(path, report.script), function, code)
         if key in found:
             first, total = found[key]
             found[key] = (first, None if count is None or total is None else total + count)
@@ -173,7 +160,8 @@ def save(report: DoctorReport, path: Path) -> None:
     Raises:
         BaselineError: the file cannot be written.
     """
-    rows = [{**key._asdict(), "per_step": count} for key, (_line, count) in sorted(entries(report).items())]
+    rows = [{**dict(zip(_FIELDS, key, strict=True)), "per_step": count}
+            for key, (_line, count) in sorted(entries(report).items())]
     data = {"format": FORMAT, "scanned_steps": report.steps.scanned, "entries": rows}
     try:
         path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
@@ -200,7 +188,7 @@ def load(path: Path) -> dict[_Key, float | None]:
     saved: dict[_Key, float | None] = {}
     for row in data["entries"]:
         try:
-            saved[_Key(*(row[name] for name in _Key._fields))] = row["per_step"]
+            saved[tuple(row[name] for name in _FIELDS)] = row["per_step"]
         except (KeyError, TypeError):
             raise BaselineError(f"--baseline {str(path)!r} has an entry without kind, what, file, function, code "
                                 f"and per_step: {row!r}") from None

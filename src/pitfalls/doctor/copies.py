@@ -54,10 +54,6 @@ class CopySite:
     made_by: str = ""
 
 
-def _bytes(tensor: torch.Tensor) -> int:
-    return tensor.numel() * tensor.element_size()
-
-
 def _pinned(tensor: torch.Tensor, provenance: Provenance) -> bool:
     # is_pinned asks the accelerator; a CPU build answers False, so a batch its loader would pin is read from the
     # provenance.
@@ -84,24 +80,12 @@ class CopyRecorder(TorchFunctionMode):
             return False
         return self._real or self._provenance.on_host(tensor)
 
-    def _record(self, call: str, direction: str, host: torch.Tensor, nbytes: int, blocking: bool) -> None:
-        made_by = self._provenance.made_by(host) if direction == HOST_TO_DEVICE else ""
+    def _record(self, call: str, to_device: bool, host: torch.Tensor, nbytes: int, blocking: bool) -> None:
+        direction = HOST_TO_DEVICE if to_device else DEVICE_TO_HOST
+        made_by = self._provenance.made_by(host) if to_device else ""
         key = (locate_dispatch()[0], call, direction, _pinned(host, self._provenance), blocking, made_by)
         self._seen[key] += 1
         self._bytes[key] += nbytes
-
-    def _moved(self, call: str, args: tuple, kwargs: dict, src_on_host: bool, out: object) -> None:
-        if not isinstance(out, torch.Tensor) or out.device.type == "meta":
-            return
-        src = args[0]
-        out_on_host = self._on_host(out)
-        if src_on_host == out_on_host:
-            return
-        blocking = call == "Tensor.cpu" or not to_non_blocking(args, kwargs)
-        if src_on_host:
-            self._record(call, HOST_TO_DEVICE, src, _bytes(src), blocking)
-        else:
-            self._record(call, DEVICE_TO_HOST, out, _bytes(src), blocking)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 (torch's protocol)
         kwargs = kwargs or {}
@@ -109,20 +93,21 @@ class CopyRecorder(TorchFunctionMode):
         src_on_host = src is not None and self._on_host(src)
         out = func(*args, **kwargs)
         if func in _MOVES and src is not None:
-            self._moved(_MOVES[func], args, kwargs, src_on_host, out)
+            if isinstance(out, torch.Tensor) and out.device.type != "meta" and src_on_host != self._on_host(out):
+                blocking = func is torch.Tensor.cpu or not to_non_blocking(args, kwargs)
+                self._record(_MOVES[func], src_on_host, src if src_on_host else out, src.nbytes, blocking)
         elif func is torch.Tensor.tolist and src is not None and not src_on_host and src.numel():
-            self._record("Tensor.tolist", DEVICE_TO_HOST, src, _bytes(src), True)
+            self._record("Tensor.tolist", False, src, src.nbytes, True)
         elif func is torch.Tensor.copy_ and src is not None and len(args) > 1 and isinstance(args[1], torch.Tensor):
             source = args[1]
             source_on_host = self._on_host(source)
             if source_on_host != src_on_host:
-                direction = HOST_TO_DEVICE if source_on_host else DEVICE_TO_HOST
                 host = source if source_on_host else src
-                self._record("Tensor.copy_", direction, host, _bytes(source), not to_non_blocking(args, kwargs))
+                self._record("Tensor.copy_", source_on_host, host, source.nbytes, not to_non_blocking(args, kwargs))
         elif func in _FROM_DATA and isinstance(out, torch.Tensor) and not self._on_host(out):
             data = [leaf for leaf in tree_flatten(args[:1])[0] if isinstance(leaf, torch.Tensor)]
             if not data or all(self._on_host(t) for t in data):
-                self._record(_FROM_DATA[func], HOST_TO_DEVICE, data[0] if data else out, _bytes(out), True)
+                self._record(_FROM_DATA[func], True, data[0] if data else out, out.nbytes, True)
         return out
 
     @property

@@ -1,18 +1,7 @@
-"""The findings of a run, one per cost of the step, each with its fix; built from what the phases measured.
-
-- **loader**: the wait in ``next()`` per timed step, with the loader family's verdict (`families.loader.verdict`).
-- **sync**: each hazard line of the scanned steps (`pitfalls.probes.sites`), per step, with the rewrite
-  `pitfalls scan` gives and, for a line inside a helper, the step's lines that call it; on a GPU its measured
-  stall, on a CPU "cost not measurable on a CPU". Blocking copies between host and device are syncs.
-- **copy**: each non-blocking copy, its bytes per step; on a GPU bytes over the bandwidth measured there.
-- **compile**: each graph break at its line, with dynamo's reason and hint (its cost per step is not measured);
-  each recompile during the timed steps, with what compiling cost per step.
-- **memory**: the batch's bytes against its smallest lossless dtypes (`scan_loader.anatomy`); on a GPU the copy
-  time the smaller batch would save.
-
-They are ranked by what each costs a step: those whose cost was measured first, the costliest first; those whose
-cost could not be measured (a sync on a CPU: "cost not measurable on a CPU") follow, by how often they happen per
-step. One-off costs are not findings and are never ranked.
+"""The findings of a run, one per cost of the step, each with its fix, built from what the phases measured: the
+loader's wait (with the loader family's verdict), each sync hazard line, each non-blocking copy, each graph break and
+recompile, the batch's bytes against its smallest lossless dtypes (docs/doctor.md, "The report", tables each kind
+and its cost). Ranked by cost per step: those measured first, the costliest first; the rest by how often per step.
 """
 
 from __future__ import annotations

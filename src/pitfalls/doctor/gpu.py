@@ -1,18 +1,11 @@
 """What only a GPU can tell: each line's real syncs, what each sync stalls, and the copy bandwidth.
 
-During the GPU steps (after the scanned ones, only where the script itself initialized CUDA):
-
-- **real syncs by line**: PyTorch's sync debug mode (`torch.cuda.set_sync_debug_mode("warn")`) warns at every
-  synchronizing CUDA call; a `warnings.showwarning` of the doctor's own places each warning at the script's line,
-  by the stack outside torch, the warnings module and the doctor (a backward op at the forward line that built it,
-  autograd's anomaly mode on, as the hazard counter does);
-- **the stall of each sync**: a dispatch mode times, on the host, every op that is a sync hazard
-  (`pitfalls.probes.syncs.hazard_label`) and touches a CUDA tensor: the time the host spends in it is the wait for
-  the device's queue to drain plus the copy that ends it, by line;
-- compiled code runs eagerly, as it does under the hazard counter, so both read the same program.
-
-The copy bandwidth (host to device and back, pinned and pageable) is timed on the device with CUDA events once the
-script has stopped.
+During the GPU steps, PyTorch's sync debug mode warns at every synchronizing CUDA call, and a `warnings.showwarning`
+of the doctor's own places each warning at the script's line (a backward op at the forward line that built it,
+autograd's anomaly mode on, as the hazard counter does); a dispatch mode times on the host every sync-hazard op that
+touches a CUDA tensor: the wait for the device's queue to drain plus the copy that ends it. Compiled code runs
+eagerly, as under the hazard counter, so both read the same program. The copy bandwidth is timed with CUDA events
+once the script has stopped.
 """
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ doctor can shut its workers down however the script ended.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -43,14 +42,16 @@ def no_modes() -> Iterator[None]:
             _push_mode(mode)
 
 
-@dataclass(frozen=True)
+@dataclass
 class LoaderStart:
     """The first iterator's start, a one-off cost: its workers, the seconds ``iter(loader)`` took (the workers'
-    start, with workers) and the seconds from ``iter(loader)`` to its first batch."""
+    start, with workers) and the seconds from ``iter(loader)`` (at ``began``) to its first batch."""
 
+    iterator: int
+    began: float
     workers: int
     start_s: float
-    first_batch_s: float | None
+    first_batch_s: float | None = None
 
 
 class LoaderWatch:
@@ -72,7 +73,6 @@ class LoaderWatch:
         self._pinning: weakref.WeakSet[_BaseDataLoaderIter] = weakref.WeakSet()
         self._saved: tuple[Any, Any] | None = None
         self.start: LoaderStart | None = None
-        self._first = (0, 0.0)  # the first iterator's id and when iter(loader) began
         self.line: SourceLine | None = None
 
     def __enter__(self) -> LoaderWatch:
@@ -90,8 +90,7 @@ class LoaderWatch:
                 if loader.pin_memory:
                     watch._pinning.add(iterator)
                 if watch.start is None:
-                    watch._first = (id(iterator), began)
-                    watch.start = LoaderStart(_workers(iterator), time.perf_counter() - began, None)
+                    watch.start = LoaderStart(id(iterator), began, _workers(iterator), time.perf_counter() - began)
             return iterator
 
         def __next__(iterator: _BaseDataLoaderIter) -> Any:  # noqa: N807
@@ -103,8 +102,8 @@ class LoaderWatch:
                 batch = original_next(iterator)
             waited = time.perf_counter() - began
             start = watch.start
-            if start is not None and start.first_batch_s is None and watch._first[0] == id(iterator):
-                watch.start = dataclasses.replace(start, first_batch_s=time.perf_counter() - watch._first[1])
+            if start is not None and start.first_batch_s is None and start.iterator == id(iterator):
+                start.first_batch_s = time.perf_counter() - start.began
             watch._arrived(waited, _workers(iterator), batch, iterator in watch._pinning)
             return batch
 

@@ -1,25 +1,12 @@
-"""The phases of a run, each with its own instruments, so that none disturbs another's figure.
+"""The phases of a run, each with its own instruments, so that none disturbs another's figure (docs/doctor.md, "What
+it runs", says what each reads and why): warm-up, its first step eager under the provenance record (`keep_provenance`:
+an optimizer's host-side step count is made there); timed; memory (`pitfalls.probes.group_memory`, only where the
+script did not initialize CUDA); the step before the scan, under the record again; scanned (`HazardLocator` fed the
+provenance kept so far, the copy recorder, `rules.RuleWatch`); and GPU (`gpu.RealSyncs`, only where the script
+initialized CUDA).
 
-1. **warm-up** (W steps): nothing is measured. The first step runs eagerly while the tensors it makes on the host
-   are recorded (`keep_provenance`: an optimizer's host-side step count is made there); torch.compile compiles
-   from the second step on.
-2. **timed** (N steps): each step's wall time, the wait in the DataLoader's ``next()`` within it, and, where the
-   script initialized CUDA, the allocator's peak per step (each step synchronized at its end, as the loader family
-   times its steps). Nothing else runs beside them.
-3. **memory** (M steps, only where the script did not initialize CUDA): the process group's memory (this process
-   and its loader workers), sampled by `pitfalls.probes.group_memory` every 50 ms. Apart from the timed steps:
-   reading every process's memory map takes a core for about 10 ms a sample, and on two shared cores a step whose
-   ops run on two threads waits for it (a convolutional step read 20-45 % slower with the sampler beside it).
-4. **before the scan** (1 step): the provenance record again, so that what the first scanned step reads and an
-   earlier step made (a batch fetched ahead, before the step's end) is known for what it is.
-5. **scanned** (S steps): the hazard counter by line (`HazardLocator`, fed the provenance kept so far), the copy
-   recorder and the rules (`rules.RuleWatch`); compiled code runs eagerly.
-6. **GPU** (S steps, only where the script initialized CUDA): real syncs by line and their stalls (`gpu.RealSyncs`).
-
-Whatever the phase, the loader's own work (and its workers' start) runs with no instrument on, and its batches are
-recorded as host-made tensors; and an optimizer's step that makes new state (its first, or one that meets a
-parameter with no state yet: a second optimizer, a GAN's, steps first after step 1) runs under the provenance
-record, so that a host-side step count made there is known as host data.
+Whatever the phase, the loader's own work runs with no instrument on and its batches are recorded as host-made
+tensors; an optimizer's step that may make new state runs under the provenance record.
 """
 
 from __future__ import annotations
@@ -52,8 +39,6 @@ SCANNED, GPU, DONE = "scanned", "gpu", "done"
 MEMORY_INTERVAL_S = 0.05
 # Batches kept (copied) from the scanned steps for the batch's anatomy.
 ANATOMY_BATCHES = 3
-# The phases' instruments that watch torch calls, by the names `Phases._enter` gives them.
-_MODES = ("keep", "locator", "rules", "real")
 
 
 @dataclass
@@ -161,7 +146,7 @@ class Phases:
 
     def instruments_on(self) -> bool:
         """Whether an instrument that watches torch calls (a torch function or dispatch mode) is on now."""
-        return any(name in self._instruments for name in _MODES)
+        return any(name != "memory" for name in self._instruments)  # every instrument but the memory sampler
 
     def batch_arrived(self, seconds: float, workers: int, batch: Any, pinned: bool = False) -> None:
         """A batch came out of a DataLoader after ``seconds`` in ``next()``; ``pinned``: its loader asked for pinned

@@ -1,22 +1,8 @@
-"""The peers' rules, seen on a CPU during the scanned steps: each a finding at its line, with its fix and its source.
-
-PyTorch's anti-pattern matcher (`torch.profiler._pattern_matcher`) and Nsight Systems' expert rules read a GPU
-profile. What they look for can be seen without one, in the program itself:
-
-- an optimizer's settings (`defaults`, each parameter group's ``foreach``, ``fused``, ``differentiable``), read for
-  every optimizer that steps in the scanned steps;
-- ``zero_grad(set_to_none=False)`` calls, seen by wrapping `torch.optim.Optimizer.zero_grad` and
-  `torch.nn.Module.zero_grad`;
-- a convolution with a bias whose output goes straight into a BatchNorm, seen by global module hooks
-  (`torch.nn.modules.module.register_module_forward_hook`): the BatchNorm's input is the convolution's output;
-- the dtypes and shapes that reach matmul and convolution, seen by a `TorchDispatchMode`, below autocast (so an
-  autocast region's matmuls read in its dtype), with the float32 precision the script set at each call
-  (`torch.get_float32_matmul_precision()` for matmuls, `torch.backends.cudnn.allow_tf32` for convolutions).
-
-A matmul whose operands are all host data (the counter's provenance) runs on the host in the GPU program too and
-is left out. On a GPU run the TF32 rules apply only where the device has TF32 (compute capability 8.0, Ampere, or
-later). The copies' rules (a factory's fill copied to the device, a non-blocking copy from pageable memory) are
-read by the copy recorder and the hazard counter; `RULES` lists them all, with their sources.
+"""The peers' rules (`RULES`: PyTorch's profiler pattern matcher, Nsight Systems' expert rules), read on a CPU during
+the scanned steps from the program itself, each a finding at its line with its fix and its source (docs/doctor.md,
+"The rules"): optimizers' settings through torch.optim's step hooks, ``zero_grad`` calls by wrapping it, a
+convolution into a BatchNorm by global module hooks, the dtypes and shapes reaching matmul and convolution by a
+dispatch mode below autocast. The copies' rules are read by the copy recorder and the hazard counter.
 """
 
 from __future__ import annotations

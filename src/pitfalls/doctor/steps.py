@@ -1,15 +1,11 @@
-"""Steps of an unchanged script: counted at the optimizer's step, or at the loader's batches, and stopped.
+"""Steps of an unchanged script: counted at the optimizer's step, or at the loader's batches, and stopped
+(docs/doctor.md, "Steps").
 
-A step ends when the first optimizer the script steps (the *pacing* optimizer: a GAN's second optimizer does not
-count twice) runs its step post hooks, seen through torch.optim's global hooks. A script that builds no
-`torch.optim` optimizer is counted by its DataLoader instead: a step ends when the next batch is asked for after one was
-delivered. The
-first step starts at the first batch asked for or the first optimizer step, whichever comes first. An ask that
-ends an epoch (``StopIteration``) delivers no batch and ends no step: the next epoch's first batch continues it.
-
-The run is stopped by raising `StopRun` at a step's end (or, past the budget, wherever the script is): it derives
-from BaseException, so the script's ``except Exception`` cannot swallow it, while its ``finally`` blocks and
-context managers run as the exception leaves them.
+A step ends when the first optimizer the script steps (the *pacing* optimizer) runs its step post hooks, seen through
+torch.optim's global hooks; a script that builds no `torch.optim` optimizer is counted by its DataLoader. The first
+step starts at the first batch asked for or the first optimizer step, whichever comes first. The run is stopped by
+raising `StopRun`: it derives from BaseException, so the script's ``except Exception`` cannot swallow it, while its
+``finally`` blocks run.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
-"""`pitfalls doctor --try`: the DataLoader's settings tried on the user's own script, each measured, not advised.
+"""`pitfalls doctor --try`: the DataLoader's settings tried on the user's own script, each measured, not advised
+(docs/doctor.md, "--try").
 
-Each setting runs the unmodified script again in a fresh process (`pitfalls.doctor.trial`), one at a time, so that
-no other trial's workers share the cores; the script's own setting ("as written") runs the same way, so every row is
-timed by one routine. Every trial takes the same steps, enough for the steady state of the setting with the most
-workers, as the loader family times its cases (`families.loader.steady`): the batches its workers can make ahead
-(``workers x (prefetch_factor + 1)``) are taken in extra warm-up steps, and at least ten times as many steps are
-timed. A row's speedup is the script's own mean step time over the setting's (steps per second, as the family's
-samples/s), its wait share the time in ``next()`` over the step time.
-
-A setting is called a fix only when its first batches are the script's own: the digests of the first `DIGESTS`
-batches (each tensor's bytes, shape and dtype) must equal the "as written" trial's, and that trial's must equal the
-doctor's own run's (else the script's batches differ from run to run, and no setting can be judged). A dataset
-whose random augmentation draws from each worker's seed, or an iterable dataset that every worker yields whole,
-"changes the batches".
-
-`--try loader` chooses the settings: with no workers (or a loader-bound loader), the workers that would hide the
-measured wait behind the rest of the step, ``ceil(wait / (step - wait))``, and all the cores, each with
-``persistent_workers=True`` (and ``pin_memory=True`` where the script used a GPU).
+Each setting, and the script's own ("as written"), runs the unmodified script in a fresh process
+(`pitfalls.doctor.trial`), one at a time, every trial the same steps: enough for the steady state of the setting with
+the most workers, as the loader family times its cases (`families.loader.steady`). A setting is a fix only when its
+first `DIGESTS` batches are the script's own.
 """
 
 from __future__ import annotations
