@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pitfalls.doctor import known_rules as planted
+from pitfalls.doctor import known as planted
 from pitfalls.doctor import rules
 from pitfalls.doctor.report import DoctorReport
 from pitfalls.known.table import CPU, verdict

@@ -48,7 +48,7 @@ def rules_check(out_dir: Path, device: str) -> dict[str, Any]:
         ``{"device": ..., "rows": [...], "right_lines": ...}``: one row per planted rule (its line, 1 planted, the
         findings read there) and the findings on the right-thing lines (0 planted).
     """
-    from pitfalls.doctor import known_rules as planted
+    from pitfalls.doctor import known as planted
 
     report = planted.run_rules(device)
     _write(report, Path(out_dir), "doctor-rules")
