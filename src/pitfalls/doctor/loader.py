@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,8 @@ from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _MultiProcessingDataLoaderIter
 
+from pitfalls.doctor.phases import Phases
+from pitfalls.doctor.steps import StepCounter
 from pitfalls.probes.sites import SourceLine, locate_dispatch, source_line
 
 __all__ = ["LoaderStart", "LoaderWatch"]
@@ -55,20 +57,13 @@ class LoaderStart:
 
 
 class LoaderWatch:
-    """Wrap every DataLoader's iteration for the block.
+    """Wrap every DataLoader's iteration for the block: tell ``counter`` of each batch asked for (it may raise to stop
+    the run) and delivered, and ``phases`` of each batch with its wait; while an instrument of ``phases`` is on, the
+    loader's own work runs without it."""
 
-    Args:
-        asked: called when a batch is asked for, before it is fetched; it may raise to stop the run.
-        arrived: called with the seconds waited in ``next()``, the loader's workers, the batch, and whether its
-            loader asked for pinned memory (``pin_memory=True``, which pins nothing without an accelerator).
-        quiet: says whether an instrument is on, so that the loader's own work must run without it.
-    """
-
-    def __init__(self, asked: Callable[[], None], arrived: Callable[[float, int, Any, bool], None],
-                 quiet: Callable[[], bool]) -> None:
-        self._asked = asked
-        self._arrived = arrived
-        self._quiet = quiet
+    def __init__(self, counter: StepCounter, phases: Phases) -> None:
+        self._counter = counter
+        self._phases = phases
         self._iterators: weakref.WeakSet[_MultiProcessingDataLoaderIter] = weakref.WeakSet()
         self._pinning: weakref.WeakSet[_BaseDataLoaderIter] = weakref.WeakSet()
         self._saved: tuple[Any, Any] | None = None
@@ -94,17 +89,18 @@ class LoaderWatch:
             return iterator
 
         def __next__(iterator: _BaseDataLoaderIter) -> Any:  # noqa: N807
-            watch._asked()
+            watch._counter.batch_asked()
             if watch.line is None:  # the script's line that asks for the batches
                 watch.line = source_line(locate_dispatch()[0])
             began = time.perf_counter()
-            with no_modes() if watch._quiet() else contextlib.nullcontext():
+            with no_modes() if watch._phases.instruments_on() else contextlib.nullcontext():
                 batch = original_next(iterator)
             waited = time.perf_counter() - began
             start = watch.start
             if start is not None and start.first_batch_s is None and start.iterator == id(iterator):
                 start.first_batch_s = time.perf_counter() - start.began
-            watch._arrived(waited, _workers(iterator), batch, iterator in watch._pinning)
+            watch._counter.batch_delivered()
+            watch._phases.batch_arrived(waited, _workers(iterator), batch, iterator in watch._pinning)
             return batch
 
         DataLoader.__iter__ = __iter__  # type: ignore[method-assign]

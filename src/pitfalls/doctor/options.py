@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pitfalls._checks import check_int_at_least
-
 __all__ = ["DEFAULT_BUDGET_S", "DEFAULT_SCANNED", "DEFAULT_STEPS", "DEFAULT_WARMUP", "DoctorOptions"]
 
 DEFAULT_WARMUP = 3
@@ -35,7 +33,7 @@ class DoctorOptions:
             CUDA: the allocator's peaks come with the timed steps).
         trial: a trial of `--try`: the timed steps' times and waits alone (no memory sampled), and the run stopped
             after them.
-        digests: the first batches whose digests are kept (`phases.batch_digest`), to compare runs' batches.
+        digests: the first batches whose digests are kept (`digest.batch_digest`), to compare runs' batches.
     """
 
     warmup: int = DEFAULT_WARMUP
@@ -48,7 +46,9 @@ class DoctorOptions:
 
     def __post_init__(self) -> None:
         for name, least in (("warmup", 1), ("steps", 1), ("scanned", 1), ("memory", 1), ("digests", 0)):
-            check_int_at_least(name, getattr(self, name), least)
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{name}={value!r} is not allowed; it must be an int >= {least}")
         budget = self.budget_s
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
             raise ValueError(f"budget_s={budget!r} is not allowed; it must be a number of seconds > 0")

@@ -25,13 +25,12 @@ from pitfalls.doctor.copies import CopyRecorder, CopySite
 from pitfalls.doctor.gpu import RealSyncs
 from pitfalls.doctor.options import DoctorOptions
 from pitfalls.doctor.rules import Definitions, RuleWatch
-from pitfalls.doctor.steps import StopRun
 from pitfalls.probes.group_memory import GroupMemory, GroupMemorySampler
 from pitfalls.probes.hostcopy import Provenance, keep_provenance
 from pitfalls.probes.sites import HazardLocator, LocatedHazards
 from pitfalls.result import Unavailable
 
-__all__ = ["Phases", "Timed"]
+__all__ = ["Phases", "StopRun", "Timed"]
 
 SETUP, WARMUP, TIMED, MEMORY, BRIDGE = "setup", "warm-up", "timed", "memory", "before the scan"
 SCANNED, GPU, DONE = "scanned", "gpu", "done"
@@ -39,6 +38,14 @@ SCANNED, GPU, DONE = "scanned", "gpu", "done"
 MEMORY_INTERVAL_S = 0.05
 # Batches kept (copied) from the scanned steps for the batch's anatomy.
 ANATOMY_BATCHES = 3
+
+
+class StopRun(BaseException):
+    """Raised into the script to stop it; `reason` says why ("its steps are done", "the budget ...")."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 @dataclass

@@ -174,8 +174,7 @@ class RuleWatch(TorchDispatchMode):
         self._provenance = provenance
         self.matmuls: Counter[_Key] = Counter()  # float32 without TF32
         self.convolutions: Counter[_Key] = Counter()
-        self.unaligned: Counter[_Key] = Counter()
-        self.unaligned_shapes: dict[_Key, dict[str, None]] = {}
+        self.unaligned: dict[_Key, list[str]] = {}  # the shapes of each half-precision matmul, by line
         self.zero_grads: Counter[_Key] = Counter()
         self.conv_bias: Counter[int] = Counter()
         self._convs: dict[int, _ConvNd] = {}
@@ -204,10 +203,8 @@ class RuleWatch(TorchDispatchMode):
         elif a.dtype in _HALF:
             sizes = [size for t in (a, b) for size in t.shape[-2:]]
             if any(size % 8 for size in sizes):
-                key = locate_dispatch()[0]
-                self.unaligned[key] += 1
                 shapes = f"{str(a.dtype).removeprefix('torch.')} {tuple(a.shape)} @ {tuple(b.shape)}"
-                self.unaligned_shapes.setdefault(key, {})[shapes] = None
+                self.unaligned.setdefault(locate_dispatch()[0], []).append(shapes)
 
     def _convolution(self, x: object, weight: object) -> None:
         if isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor) and x.dtype == torch.float32 \
@@ -294,9 +291,10 @@ class RuleWatch(TorchDispatchMode):
                 total = sum(counts.values())
                 title = f"{total / steps:g} {what}(s) a step at {len(counts)} line(s), without TF32"
                 found.append(finding(rule, title, source_line(key), total))
-        found += [finding(UNALIGNED, f"{n / steps:g} half-precision matmul(s) a step with a size not a multiple of 8: "
-                                     f"{', '.join(self.unaligned_shapes[key])}", source_line(key), n)
-                  for key, n in self.unaligned.items()]
+        for key, shapes in self.unaligned.items():
+            title = (f"{len(shapes) / steps:g} half-precision matmul(s) a step with a size not a multiple of 8: "
+                     f"{', '.join(dict.fromkeys(shapes))}")
+            found.append(finding(UNALIGNED, title, source_line(key), len(shapes)))
         return found
 
 

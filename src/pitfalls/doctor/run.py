@@ -23,7 +23,7 @@ from pitfalls.doctor import findings as build
 from pitfalls.doctor.gpu import Bandwidth, copy_bandwidth
 from pitfalls.doctor.loader import LoaderWatch
 from pitfalls.doctor.options import DoctorOptions
-from pitfalls.doctor.phases import Phases
+from pitfalls.doctor.phases import Phases, StopRun
 from pitfalls.doctor.report import (
     CPU_SCRIPT,
     NO_GPU,
@@ -36,7 +36,7 @@ from pitfalls.doctor.report import (
     StepsDone,
 )
 from pitfalls.doctor.script import Script, as_main, check_single_process, load_script
-from pitfalls.doctor.steps import Budget, StepCounter, StopRun
+from pitfalls.doctor.steps import Budget, StepCounter
 from pitfalls.probes.anatomy import Anatomy, anatomy
 from pitfalls.probes.compiled import CompileWatch, reset_dynamo
 from pitfalls.result import Unavailable
@@ -209,14 +209,8 @@ def run_doctor(
     began = time.perf_counter()
     phases = Phases(options)
     budget = Budget(options.budget_s)
-    counter = StepCounter(phases.first_step_started, phases.step_ended, budget,
-                          lambda: phases.definitions.optimizers_made, phases.optimizer_stepping,
-                          phases.optimizer_stepped)
-    def arrived(seconds: float, workers: int, batch: object, pinned: bool) -> None:
-        counter.batch_delivered()
-        phases.batch_arrived(seconds, workers, batch, pinned)
-
-    watch = LoaderWatch(counter.batch_asked, arrived, phases.instruments_on)
+    counter = StepCounter(budget, phases)
+    watch = LoaderWatch(counter, phases)
     compiles = CompileWatch()
     ending = _run(loaded, args, phases, budget, counter, watch, compiles, quiet_stdout)
     bandwidth: Bandwidth | None = None

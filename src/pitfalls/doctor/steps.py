@@ -15,16 +15,17 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+from pitfalls.doctor.phases import Phases, StopRun
 from pitfalls.probes.sites import is_user_file
 
-__all__ = ["LOADER", "OPTIMIZER", "Budget", "StepCounter", "StopRun"]
+__all__ = ["LOADER", "OPTIMIZER", "Budget", "StepCounter"]
 
 OPTIMIZER = "optimizer"
 LOADER = "loader"
@@ -38,14 +39,6 @@ def _user_functions(frame: FrameType | None) -> frozenset[tuple[str, str]]:
             found.add((frame.f_code.co_filename, frame.f_code.co_name))
         frame = frame.f_back
     return frozenset(found)
-
-
-class StopRun(BaseException):
-    """Raised into the script to stop it; `reason` says why ("its steps are done", "the budget ...")."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 class Budget:
@@ -103,30 +96,20 @@ class StepCounter:
     `step_functions` holds the script's functions on the stack at the first step's end (the loop and the functions
     it runs in), so a hazard in any other function is inside a helper the step calls.
 
-    Args:
-        started: called once, when the first step starts.
-        ended: called with the number of steps done at each step's end; it raises `StopRun` to stop the run.
-        budget: held while the counter's own work runs.
-        optimizers_made: says whether the script has made a `torch.optim` optimizer yet.
-        stepping: called with each optimizer whose step begins (any optimizer, after the first step started).
-        stepped: called with each optimizer whose step ended, before that step's end is counted.
+    ``phases`` hears of the first step's start, each step's end (where it raises `StopRun` to stop the run) and each
+    optimizer's step begun (any optimizer, after the first step started) and ended (before that step's end is
+    counted); ``budget`` is held while the counter's own work runs.
     """
 
-    def __init__(self, started: Callable[[], None], ended: Callable[[int], None], budget: Budget,
-                 optimizers_made: Callable[[], bool], stepping: Callable[[torch.optim.Optimizer], None],
-                 stepped: Callable[[torch.optim.Optimizer], None]) -> None:
-        self._started = started
-        self._ended = ended
+    def __init__(self, budget: Budget, phases: Phases) -> None:
         self._budget = budget
-        self._stepping = stepping
-        self._stepped = stepped
+        self._phases = phases
         self.by: str | None = None
         self.steps = 0
         self.batches = 0
         self._delivered = False
         self.step_started = False
         self._pacing: torch.optim.Optimizer | None = None
-        self._optimizers_made = optimizers_made
         self._stopping: StopRun | None = None
         self._handles: list[Any] = []
         self.step_functions: frozenset[tuple[str, str]] = frozenset()
@@ -144,7 +127,7 @@ class StepCounter:
     def _start(self) -> None:
         if not self.step_started:
             self.step_started = True
-            self._started()
+            self._phases.first_step_started()
 
     def _end_step(self) -> None:
         if self._stopping is not None:
@@ -153,7 +136,7 @@ class StepCounter:
             self.step_functions = _user_functions(sys._getframe(1))
         self.steps += 1
         try:
-            self._ended(self.steps)
+            self._phases.step_ended(self.steps)
         except StopRun as stop:
             self._stopping = stop
             raise
@@ -163,11 +146,12 @@ class StepCounter:
             if self.by != LOADER:
                 self._start()
             if self.step_started:
-                self._stepping(optimizer)
+                self._phases.optimizer_stepping(optimizer)
 
     def _post(self, optimizer: torch.optim.Optimizer, _args: object, _kwargs: object) -> None:
         with self._budget.busy():
-            self._stepped(optimizer)  # first: what it entered is left before the step's end moves the phases
+            # First: what the optimizer's step entered is left before the step's end moves the phases.
+            self._phases.optimizer_stepped(optimizer)
             if self.by == LOADER:
                 return
             if self._pacing is None:
@@ -179,7 +163,7 @@ class StepCounter:
         """A DataLoader iterator was asked for its next batch: in a script without an optimizer, the step that took
         the last batch ends (an ask that ends an epoch delivers none, and ends no step)."""
         with self._budget.busy():
-            if self.by is None and self.batches >= 1 and not self._optimizers_made():
+            if self.by is None and self.batches >= 1 and not self._phases.definitions.optimizers_made:
                 self.by = LOADER
             if self.by == LOADER and self._delivered:
                 self._delivered = False
