@@ -10,6 +10,7 @@ import dataclasses
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from linecache import getline
 
 from pitfalls.doctor.copies import HOST_TO_DEVICE, CopySite
 from pitfalls.doctor.gpu import Bandwidth
@@ -152,12 +153,11 @@ def copy_findings(copies: Sequence[CopySite], steps: int, bandwidth: Bandwidth |
     return found
 
 
-def compile_findings(breaks: Sequence[GraphBreakSite], recompiles: Sequence[Recompile], timed: Timed,
-                     line_code: dict[tuple[str, int], str]) -> list[Finding]:
+def compile_findings(breaks: Sequence[GraphBreakSite], recompiles: Sequence[Recompile], timed: Timed) -> list[Finding]:
     """Each graph break, and each recompile met during the timed steps, as a finding."""
     found = [
         Finding(kind="compile", title=f"graph break: {b.reason}", path=b.path, line=b.line,
-                code=line_code.get((b.path, b.line), ""), fix=b.hint or _BREAK_FIX,
+                code=getline(b.path, b.line).strip(), fix=b.hint or _BREAK_FIX,
                 cost="not measured: what a break costs a step needs the step without it")
         for b in breaks
     ]

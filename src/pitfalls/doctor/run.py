@@ -8,7 +8,6 @@ you had started a fresh process"), so a script compiles as it would on its own, 
 
 from __future__ import annotations
 
-import linecache
 import os
 import statistics
 import sys
@@ -239,12 +238,11 @@ def _report(script: Script, args: Sequence[str], options: DoctorOptions, phases:
     unavailable = "; ".join(x.reason for x in (breaks, recompiles) if isinstance(x, Unavailable))
     breaks = () if isinstance(breaks, Unavailable) else breaks
     recompiles = () if isinstance(recompiles, Unavailable) else recompiles
-    codes = {(b.path, b.line): linecache.getline(b.path, b.line).strip() for b in breaks}
     found = [
         *([build.loader_finding(loader, watch.line)] if loader is not None else []),
         *build.sync_findings(phases.located, phases.scanned_steps, counter.step_functions, stalls),
         *build.copy_findings(phases.copies, phases.scanned_steps, bandwidth, no_gpu),
-        *build.compile_findings(breaks, recompiles, timed, codes),
+        *build.compile_findings(breaks, recompiles, timed),
         *build.memory_findings(shape, loader.batches_per_step if loader else 1.0, watch.line, bandwidth, no_gpu),
         *(phases.rules.findings(phases.scanned_steps, no_gpu or NO_FIX_COST) if phases.rules is not None else ()),
     ]
