@@ -392,8 +392,7 @@ def _nvml_mean(figure: str, cycles: int = 0) -> float | Unavailable:
 
 def _nvml_busy(_device: str) -> Reading:
     busy = _nvml_mean("utilization_pct", int(_cycles_per_ms() * 10))  # 10 ms on the GPU, then 10 ms of nothing
-    if isinstance(busy, Unavailable):
-        return Reading(planted=50.0, measured=busy)
+    # An unavailable reading is judged by its reason: the detail is read only with a figure.
     return Reading(planted=50.0, measured=busy, detail="10 ms kernel, 10 ms idle, NVML utilization")
 
 
