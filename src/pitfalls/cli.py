@@ -35,14 +35,6 @@ from pitfalls.scan import register as register_scan
 from pitfalls.scan_loader.cli import register as register_scan_loader
 
 
-class CommandError(Exception):
-    """Bad input for one subcommand: printed as one line under that subcommand's usage, exit 2."""
-
-    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
-        super().__init__(message)
-        self.parser = parser
-
-
 def cmd_list(_args: argparse.Namespace, console: Console) -> int:
     table = Table(title="pitfall families")
     for column in ("family", "article", "variants (naive first)", "floor", "parameters (default)", "what it shows"):
@@ -112,33 +104,30 @@ def sync_columns(family_name: str, variant: str, device: str) -> tuple[str, str]
     return hazards, (f"n/a: {syncs.reason}" if isinstance(syncs, Unavailable) else f"{syncs.per_call:g}")
 
 
-def probe_params(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
-    """The family parameters given on the command line (flags and ``--param NAME=VALUE``), parsed and checked."""
+def probe_params(args: argparse.Namespace) -> dict[str, Any]:
+    """The family parameters given on the command line (flags and ``--param NAME=VALUE``), parsed and checked.
+
+    Raises:
+        ValueError, TypeError: a parameter the family lacks or a value it does not allow (`main` prints the line).
+    """
     entry = family(args.family)
     given: dict[str, str] = {}
     for item in args.param or ():
         name, sep, value = item.partition("=")
         if not sep:
-            raise CommandError(parser, f"--param {item!r} is not NAME=VALUE")
+            raise ValueError(f"--param {item!r} is not NAME=VALUE")
         given[name.strip().replace("-", "_")] = value
     for param in entry.params:
         text = getattr(args, f"param_{param.name}", None)
         if text is not None:
             given[param.name] = text
-    try:
-        return {name: entry.param(name).parse(text) for name, text in given.items()}
-    except (ValueError, TypeError) as error:
-        raise CommandError(parser, str(error)) from None
+    return {name: entry.param(name).parse(text) for name, text in given.items()}
 
 
 def cmd_probe(args: argparse.Namespace, console: Console) -> int:
-    parser = args.parser
     entry = family(args.family)
-    try:
-        entry.check_case(args.variant)
-    except ValueError as error:
-        raise CommandError(parser, str(error)) from None
-    params = probe_params(parser, args)
+    entry.check_case(args.variant)
+    params = probe_params(args)
     compiled = bool(getattr(args, "compiled", False))
     try:
         # Closed on the way out: a case may hold worker processes or ranks.
@@ -238,8 +227,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     subparser = getattr(args, "parser", parser)
     try:
         return int(args.run(args, console))
-    except CommandError as error:
-        error.parser.error(str(error))  # usage, then one line; exits 2
     except (ValueError, TypeError) as error:
         # The library names the bad value and what is allowed: that line is the message, not a traceback.
         subparser.error(str(error).splitlines()[0] if str(error) else type(error).__name__)

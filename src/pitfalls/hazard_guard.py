@@ -13,9 +13,15 @@ from collections.abc import Iterable
 from pathlib import PurePath
 
 from pitfalls.probes.rewrites import describe
-from pitfalls.probes.sites import HazardLocator, HazardSite, LocatedHazards
+from pitfalls.probes.sites import CallSite, HazardLocator, HazardSite, LocatedHazards
 
-__all__ = ["SyncHazardError", "SyncHazardGuard", "no_sync_hazards"]
+__all__ = ["SyncHazardError", "SyncHazardGuard", "no_sync_hazards", "shown_call_sites"]
+
+
+def shown_call_sites(site: HazardSite) -> tuple[CallSite, ...]:
+    """The call sites worth naming under a hazard: those of a line reached from more than one caller line."""
+    calls = tuple(call for call in site.call_sites if call.frames)
+    return calls if len({call.frames[0] for call in calls}) > 1 else ()
 
 
 class SyncHazardError(AssertionError):
@@ -29,11 +35,9 @@ class SyncHazardError(AssertionError):
             where = site.line.short_where() if site.line else "(no frame outside torch)"
             code = f": {site.line.code}" if site.line and site.line.code else ""
             lines.append(f"  {where}: {site.kind.op} x{site.count}{code}")
-            callers = [call for call in site.call_sites if call.frames]
-            if len({call.frames[0] for call in callers}) > 1:  # a shared helper: name the lines that called it
-                for call in callers:
-                    caller = call.frames[0]
-                    lines.append(f"      called from {caller.short_where()} x{call.count}: {caller.code}")
+            for call in shown_call_sites(site):  # a shared helper: name the lines that called it
+                caller = call.frames[0]
+                lines.append(f"      called from {caller.short_where()} x{call.count}: {caller.code}")
             lines.append(f"      rewrite: {site.kind.rewrite}")
         lines.append(
             "allow one with no_sync_hazards(allow={...}) by its op as printed, 'FILE:LINE' or 'FILE:FUNCTION'"

@@ -23,8 +23,9 @@ from rich.text import Text
 
 from pitfalls._checks import check_int_at_least
 from pitfalls.argtypes import positive
+from pitfalls.hazard_guard import shown_call_sites
 from pitfalls.probes.hostcopy import Provenance, keep_provenance
-from pitfalls.probes.sites import CallSite, HazardLocator, HazardSite, SourceLine
+from pitfalls.probes.sites import HazardLocator, HazardSite, SourceLine
 from pitfalls.probes.syncs import HazardCounts
 from pitfalls.probes.trace import export_trace
 from pitfalls.targets import FORMS, ScannedCodeError, TargetError, call_scanned, load_target, scanned_traceback
@@ -141,12 +142,6 @@ def _calls(report: ScanReport) -> str:
     return f"{calls(report.calls)} counted after {calls(report.warmup)} of warm-up"
 
 
-def _shown_call_sites(site: HazardSite) -> tuple[CallSite, ...]:
-    """The call sites worth a row under a hazard: those of a line reached from more than one caller line."""
-    calls = tuple(call for call in site.call_sites if call.frames)
-    return calls if len({call.frames[0] for call in calls}) > 1 else ()
-
-
 def render(report: ScanReport, console: Console) -> None:
     """Print a report as a table ranked by count, or say that nothing was found."""
     if not report.sites:
@@ -164,7 +159,7 @@ def render(report: ScanReport, console: Console) -> None:
         # Text, not markup: code such as x[mask] would otherwise be read as a rich style tag.
         cells = (where, code, site.kind.op, f"{site.count / report.calls:g}", site.kind.rewrite)
         table.add_row(*(Text(cell) for cell in cells))
-        for call in _shown_call_sites(site):
+        for call in shown_call_sites(site):
             caller = call.frames[0]
             dim = (f"  <- {caller.short_where()}", caller.code, "called from", f"{call.count / report.calls:g}")
             table.add_row(*(Text(cell, style="dim") for cell in dim), Text(""))

@@ -135,8 +135,7 @@ def reached(functions: Iterable[Any], modules: tuple[str, ...], owners: tuple[ty
                     value.__module__ or "", modules):
                 seen.setdefault(id(value), value)
                 todo.extend(_functions_of(value))
-    objects = list(seen.values())
-    return sorted(objects, key=lambda o: (o.__module__, o.__qualname__))
+    return sorted(seen.values(), key=lambda o: (o.__module__, o.__qualname__))
 
 
 def family_modules(family: str) -> list[types.ModuleType]:

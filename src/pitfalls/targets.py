@@ -110,14 +110,13 @@ def _load_file(text: str, location: str) -> ModuleType:
 def _import_module(text: str, name: str) -> ModuleType:
     try:
         return importlib.import_module(name)
-    except ModuleNotFoundError as error:
+    except Exception as error:
         # Only the named module (or a package above it) being absent is a bad TARGET; an import failing inside
         # the user's module is the user's error, shown with its traceback.
-        if error.name is not None and (name == error.name or name.startswith(error.name + ".")):
-            raise TargetError(f"TARGET {text!r}: no module named {error.name!r} (is it installed or on PYTHONPATH? "
+        missing = error.name if isinstance(error, ModuleNotFoundError) else None
+        if missing is not None and (name == missing or name.startswith(missing + ".")):
+            raise TargetError(f"TARGET {text!r}: no module named {missing!r} (is it installed or on PYTHONPATH? "
                               f"a file is named with its path, e.g. train.py:step)") from None
-        raise ScannedCodeError(text, f"importing {name}", error) from error
-    except Exception as error:
         raise ScannedCodeError(text, f"importing {name}", error) from error
 
 

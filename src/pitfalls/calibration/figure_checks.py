@@ -309,8 +309,8 @@ def planted_compile(ms: float = COMPILE_MS,
     return read
 
 
-def _no_cuda() -> Unavailable | None:
-    return None if torch.cuda.is_available() else Unavailable("not run here: no CUDA device")
+# The CUDA rows below are measured only where a CUDA device is present: `run.run_checks` reads the others as
+# "not run here" before calling them.
 
 
 def _cycles_per_ms() -> float:
@@ -343,8 +343,6 @@ def _sleep_cycles_per_ms(cycles: int) -> float:
 
 def _cuda_event_time(_device: str) -> Reading:
     ms = 20.0
-    if (why := _no_cuda()) is not None:
-        return Reading(planted=ms, measured=why)
     cycles = int(_cycles_per_ms() * ms)
     timing = cuda_event_time(lambda: torch.cuda._sleep(cycles), warmup=1, calls=10)
     if isinstance(timing, Unavailable):
@@ -354,8 +352,6 @@ def _cuda_event_time(_device: str) -> Reading:
 
 def _cuda_peak(mib: int) -> Callable[[str], Reading]:
     def read(_device: str) -> Reading:
-        if (why := _no_cuda()) is not None:
-            return Reading(planted=mib, measured=why)
         case = _case(planted.HALF, device="cuda", mib=mib)
         peak = measure.cuda_peak_mib(case)
         torch.cuda.synchronize()
@@ -366,8 +362,6 @@ def _cuda_peak(mib: int) -> Callable[[str], Reading]:
 
 
 def _cuda_syncs(_device: str) -> Reading:
-    if (why := _no_cuda()) is not None:
-        return Reading(planted=1, measured=why)
     per_call = measure.cuda_syncs(_case(planted.NAIVE, device="cuda", items=1))
     return Reading(planted=1, measured=per_call, detail="one planted .item() per call, sync debug mode")
 
@@ -397,18 +391,13 @@ def _nvml_mean(figure: str, cycles: int = 0) -> float | Unavailable:
 
 
 def _nvml_busy(_device: str) -> Reading:
-    if (why := _no_cuda()) is not None:
-        return Reading(planted=50.0, measured=why)
     busy = _nvml_mean("utilization_pct", int(_cycles_per_ms() * 10))  # 10 ms on the GPU, then 10 ms of nothing
-    if isinstance(busy, Unavailable):
-        return Reading(planted=50.0, measured=busy)
+    # An unavailable reading is judged by its reason: the detail is read only with a figure.
     return Reading(planted=50.0, measured=busy, detail="10 ms kernel, 10 ms idle, NVML utilization")
 
 
 def _nvml_memory(mib: int) -> Callable[[str], Reading]:
     def read(_device: str) -> Reading:
-        if (why := _no_cuda()) is not None:
-            return Reading(planted=mib, measured=why)
         torch.cuda.empty_cache()
         bare = _nvml_mean("memory_used_mib")
         # ones, not empty: the pages are the device's either way (cudaMalloc backs them), and written is the case's.

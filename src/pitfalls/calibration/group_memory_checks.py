@@ -56,12 +56,12 @@ def _expect(child: subprocess.Popen[str], word: str) -> None:
         raise RuntimeError(f"a planted child said {line!r} where {word!r} was expected (exit code {child.poll()})")
 
 
-def run_planted_group(plan: PlantedGroup, sampler_cls: type[GroupMemorySampler] = GroupMemorySampler) -> GroupMemory:
-    """Start the planted children, sample the group (baseline idle, then holding), and return the figures.
+def run_planted_group(plan: PlantedGroup) -> GroupMemory:
+    """Start the planted children, sample the group (baseline idle, then holding) with `GroupMemorySampler` (looked up
+    when called: a test may plant a faulty one), and return the figures.
 
     Args:
         plan: how many children and how much each holds.
-        sampler_cls: the sampler to read them with (the suite's own; a test may pass a faulty one).
 
     Returns:
         The sampler's `GroupMemory`; its growth from baseline is the planted memory.
@@ -78,7 +78,7 @@ def run_planted_group(plan: PlantedGroup, sampler_cls: type[GroupMemorySampler] 
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
         for child in children:
             _expect(child, "ready")
-        with sampler_cls(interval_s=0.01) as sampler:
+        with GroupMemorySampler(interval_s=0.01) as sampler:
             for word in ("shared", "held"):
                 for child in children:
                     assert child.stdin is not None
@@ -117,7 +117,7 @@ class _GroupRun:
         # Segments the process held before the plant are its own business (a test run's earlier loaders left
         # a 4 KiB one mapped here); the planted one is made after this reading.
         held_before = sum(shm_segments(m.pid for m in group_members(os.getpid())).values())
-        return run_planted_group(self.plan, GroupMemorySampler), held_before
+        return run_planted_group(self.plan), held_before
 
     def uss(self, _device: str) -> Reading:
         (g, _), p = self.run.take("uss"), self.plan

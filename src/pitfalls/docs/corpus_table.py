@@ -14,11 +14,6 @@ from pitfalls.scan_corpus import CORPUS, HELPER, expected_per_line, scan_per_lin
 __all__ = ["corpus_lines"]
 
 
-def _gpu_counts(proof: Path) -> dict[str, dict[str, Any]]:
-    """Each committed GPU run's real syncs per construct: its folder -> construct name -> syncs per call."""
-    return {run.name: syncs for run in read_proofs(proof) if (syncs := run.corpus_syncs())}
-
-
 def _count(value: Any) -> str:
     return f"{value:g}" if isinstance(value, (int, float)) else str(value)
 
@@ -27,7 +22,8 @@ def corpus_lines(proof: Path) -> list[str]:
     """One line per construct: its code, its label, the CPU scan's count (run now), each GPU run's real syncs."""
     labels = expected_per_line()
     scanned, _ = scan_per_line("cpu")
-    gpu = _gpu_counts(proof)
+    # Each committed GPU run's real syncs per construct: its folder -> construct name -> syncs per call.
+    gpu = {run.name: syncs for run in read_proofs(proof) if (syncs := run.corpus_syncs())}
     body = []
     for construct in (*CORPUS, HELPER):
         line = corpus_line(construct)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import struct
 from pathlib import Path
 
 from pitfalls.report.chart_data import Chart, build_charts
@@ -19,7 +18,6 @@ from pitfalls.report.loading import file_rows
 __all__ = ["KEY", "chart_of", "draw", "fingerprint", "png_fingerprint"]
 
 KEY = "pitfalls-chart-data"
-_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def chart_of(results_file: Path, benchmark: str) -> Chart:
@@ -53,20 +51,10 @@ def draw(chart: Chart, path: Path) -> None:
 
 def png_fingerprint(path: Path) -> str | None:
     """The data fingerprint a PNG carries; None when the file is missing, not a PNG, or carries none."""
-    if not path.is_file():
+    from PIL import Image  # matplotlib's own PNG library: it reads the text chunks savefig wrote
+
+    try:
+        with Image.open(path) as image:
+            return getattr(image, "text", {}).get(KEY)  # only a PNG has text chunks
+    except (OSError, SyntaxError):  # missing, not an image, or a broken PNG (Pillow's SyntaxError)
         return None
-    data = path.read_bytes()
-    if not data.startswith(_SIGNATURE):
-        return None
-    at = len(_SIGNATURE)
-    while at + 8 <= len(data):
-        length, kind = struct.unpack(">I4s", data[at:at + 8])
-        body = data[at + 8:at + 8 + length]
-        if kind == b"tEXt":
-            keyword, _, text = body.partition(b"\0")
-            if keyword == KEY.encode("latin-1"):
-                return text.decode("latin-1")
-        if kind == b"IEND":
-            break
-        at += 12 + length
-    return None

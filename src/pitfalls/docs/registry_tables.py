@@ -12,7 +12,7 @@ from pitfalls.markdown import code, link, table
 from pitfalls.registry import BUILTIN
 from pitfalls.report.loading import ASV_KINDS
 
-__all__ = ["benchmark_lines", "builtin_family", "families_lines", "family_lines", "family_page"]
+__all__ = ["benchmark_lines", "builtin_family", "families_lines", "family_lines"]
 
 def builtin_family(name: str) -> Family:
     """A built-in family by name (a user's plug-ins are not the suite's to document).
@@ -26,16 +26,12 @@ def builtin_family(name: str) -> Family:
     raise ValueError(f"family {name!r} is not built in; built in: {', '.join(f.name for f in BUILTIN)}")
 
 
-def family_page(name: str) -> Path:
-    """The family's page, from the repository's root."""
-    return Path("docs") / "families" / f"{name}.md"
-
-
 def families_lines(page: Path) -> list[str]:
-    """One line per built-in family: its article, variants (naive first), floor and what it shows."""
+    """One line per built-in family (linked to its page): its article, variants (naive first), floor and what it
+    shows."""
     return table(
         ("family", "article", "variants (naive first)", "floor", "the pitfall"),
-        ((link(f.name, family_page(f.name), page), f.article, ", ".join(map(code, f.variants)),
+        ((link(f.name, Path("docs") / "families" / f"{f.name}.md", page), f.article, ", ".join(map(code, f.variants)),
           code(FLOOR) if f.floor else "none", f.summary) for f in BUILTIN))
 
 

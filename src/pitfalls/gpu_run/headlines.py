@@ -155,12 +155,11 @@ def parallel(device: str, sizes: Sizes) -> list[dict[str, Any]]:
                     figures = measure_figures(case, steps=3, nvml_seconds=sizes.busy_seconds)
             except SkipCase as skip:
                 row["skipped"] = skip.reason
-                rows.append(row)
-                continue
-            row.update({"step_ms": value(figures.step_s if isinstance(figures.step_s, Unavailable)
-                                         else _ms(figures.step_s)),
-                        "samples_per_s": value(figures.samples_per_s),
-                        "device0_bytes": value(figures.rank0_memory()),
-                        "memory_imbalance": value(figures.memory_imbalance())})
+            else:
+                row.update({"step_ms": value(figures.step_s if isinstance(figures.step_s, Unavailable)
+                                             else _ms(figures.step_s)),
+                            "samples_per_s": value(figures.samples_per_s),
+                            "device0_bytes": value(figures.rank0_memory()),
+                            "memory_imbalance": value(figures.memory_imbalance())})
             rows.append(row)
     return rows

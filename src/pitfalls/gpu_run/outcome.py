@@ -109,16 +109,12 @@ def render_rows(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(table(columns, ([row.get(c, "") for c in columns] for row in rows))) + "\n"
 
 
-def _failed(outcome: Mapping[str, Any]) -> str:
-    return f"**failed**: `{outcome['error']}`\n\n```\n{outcome['traceback'].rstrip()}\n```\n"
-
-
 def section_text(outcome: Any, render: Callable[[Any], str] = render_rows) -> str:
     """A piece's outcome as markdown: its figures, or why it has none (skipped, failed, stopped part-way)."""
     # The rows a piece had finished when it raised or was stopped come first, then what happened.
     finished = render(outcome[ROWS_DONE]) + "\n" if isinstance(outcome, dict) and outcome.get(ROWS_DONE) else ""
     if is_failure(outcome):
-        return finished + _failed(outcome)
+        return finished + f"**failed**: `{outcome['error']}`\n\n```\n{outcome['traceback'].rstrip()}\n```\n"
     if isinstance(outcome, dict) and set(outcome) - {ROWS_DONE} == {"skipped"}:
         after = f" (after the {len(outcome[ROWS_DONE])} rows above)" if finished else ""
         return f"{finished}skipped: {outcome['skipped']}{after}\n"

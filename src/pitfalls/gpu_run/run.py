@@ -18,7 +18,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from pitfalls.gpu_run.pieces import FACTS, PIECES, piece_file
 from pitfalls.gpu_run.plan import DONE, MARGIN_S, NOT_SELECTED, OVER_BUDGET, Entry, Launcher, Piece, launch, schedule
 from pitfalls_asv_main import atomic_write
 
-__all__ = ["RunOptions", "run", "unknown_pieces"]
+__all__ = ["RunOptions", "run"]
 
 
 # Every fact of the machine and its stack, read as `pitfalls probe` reads them.
@@ -115,12 +115,6 @@ class RunOptions:
     margin_s: float = MARGIN_S
 
 
-def unknown_pieces(only: Sequence[str], pieces: Sequence[Piece] = PIECES) -> list[str]:
-    """The names in ``only`` that are no piece of the run."""
-    names = {piece.name for piece in pieces}
-    return [name for name in only if name not in names]
-
-
 def run(out: Path, options: RunOptions, root: Path = ROOT) -> int:
     """Run the pieces into ``out`` (a new or empty folder); returns 0 when every piece run is done, else 1.
 
@@ -129,10 +123,9 @@ def run(out: Path, options: RunOptions, root: Path = ROOT) -> int:
     """
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"{out} is not an empty folder: a run writes into a folder of its own")
-    unknown = unknown_pieces(options.only, options.pieces)
+    unknown = [name for name in options.only if name not in {p.name for p in options.pieces}]
     if unknown:
-        names = ", ".join(p.name for p in options.pieces)
-        raise ValueError(f"no such piece: {', '.join(unknown)} (choose from {names})")
+        raise ValueError(f"--only: no such piece {', '.join(map(repr, unknown))} (see `scripts/gpu-run plan`)")
     costs = Costs.read(options.costs_file)
     out.mkdir(parents=True, exist_ok=True)
     facts = _facts(options.device, options.budget_s, root)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -109,7 +108,6 @@ def run_slice(piece: AsvSlice, out: Path, device: str, machine: str, facts: dict
     # A slice's stage is asv's scratch, inside the run's folder (the archive leaves ``.slice-*`` out).
     with tempfile.TemporaryDirectory(dir=out, prefix=".slice-") as scratch:
         args = ("-E", INSTALLED_ENV, "--set-commit-hash", commit_of(root), "--show-stderr", "-b", selection)
-        done = run_staged(StagedRun(root, out / "results", Path(scratch), machine, args, sys.executable, facts),
-                          launch)
+        done = run_staged(StagedRun(root, out / "results", Path(scratch), machine, args, facts), launch)
     return {"exit_code": done.status, "seconds": round(seconds, 1), "selection": selection,
             "merged": done.merged or [], "log": str(log.relative_to(out))}

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from pitfalls.calibration.published import CHECK_PARAM, ERROR_METHOD, error_unit, published_checks
 from pitfalls.known.table import CUDA, Check
-from pitfalls.report.rows import FAILED, SKIPPED, Row, env_label, recency
+from pitfalls.report.rows import FAILED, SKIPPED, Row, recency
 
 __all__ = ["PASS", "FAIL", "NA", "CalibrationLine", "calibration_table", "is_calibration_error"]
 
@@ -28,10 +28,7 @@ class CalibrationLine:
         check: the check's name.
         machine: the asv machine the figure came from; None when the results hold no figure of the check.
         commit: the commit it was measured at; None with ``machine``.
-        env: the asv environment label (torch version); None with ``machine``.
         error: the published error; None when skipped, failed or absent.
-        unit: the unit of the error ("relative", or the check's unit where its tolerance is absolute).
-        tolerance: this version's tolerance for the check; None when this version has no such check.
         verdict: "pass", "fail" or "n/a".
         reason: why n/a (or how the figure was judged); "" for pass and fail.
     """
@@ -39,10 +36,7 @@ class CalibrationLine:
     check: str
     machine: str | None
     commit: str | None
-    env: str | None
     error: float | None
-    unit: str
-    tolerance: float | None
     verdict: str
     reason: str = ""
 
@@ -53,24 +47,22 @@ def is_calibration_error(row: Row) -> bool:
 
 
 def _judged(row: Row, check: Check | None) -> CalibrationLine:
-    def line(verdict: str, reason: str = "", tolerance: float | None = None) -> CalibrationLine:
+    def line(verdict: str, reason: str = "") -> CalibrationLine:
         return CalibrationLine(check=str(row.params[CHECK_PARAM]), machine=row.machine, commit=row.commit,
-                               env=env_label(row), error=row.value if row.measured else None, unit=row.unit,
-                               tolerance=tolerance, verdict=verdict, reason=reason)
+                               error=row.value if row.measured else None, verdict=verdict, reason=reason)
 
     if check is None:
         return line(NA, "no such check in this version: its tolerance is unknown")
     if error_unit(check) != row.unit:
-        return line(NA, f"measured in {row.unit!r}; this version's check reads {error_unit(check)!r}",
-                    check.tolerance)
+        return line(NA, f"measured in {row.unit!r}; this version's check reads {error_unit(check)!r}")
     if row.status == FAILED:
-        return line(NA, "failed: the check raised an error there (no figure)", check.tolerance)
+        return line(NA, "failed: the check raised an error there (no figure)")
     if row.status == SKIPPED or row.value is None:
         why = ("a CUDA check: it runs only where a CUDA device is present" if check.device == CUDA else
                "skipped there; asv keeps no reason (`asv run --show-stderr` prints it)")
-        return line(NA, why, check.tolerance)
+        return line(NA, why)
     ok = row.value <= check.tolerance if check.tolerance else row.value == 0
-    return line(PASS if ok else FAIL, tolerance=check.tolerance)
+    return line(PASS if ok else FAIL)
 
 
 def calibration_table(rows: Sequence[Row], checks: Sequence[Check]) -> list[CalibrationLine]:
@@ -94,9 +86,7 @@ def calibration_table(rows: Sequence[Row], checks: Sequence[Check]) -> list[Cali
     for name in names:
         mine = [r for r in errors if r.params[CHECK_PARAM] == name]
         if not mine:
-            check = by_name[name]
-            lines.append(CalibrationLine(check=name, machine=None, commit=None, env=None, error=None,
-                                         unit=error_unit(check), tolerance=check.tolerance, verdict=NA,
+            lines.append(CalibrationLine(check=name, machine=None, commit=None, error=None, verdict=NA,
                                          reason="no figure of this check in these results"))
             continue
         for machine in sorted({r.machine for r in mine}):

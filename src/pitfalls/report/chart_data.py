@@ -101,17 +101,16 @@ def _env_slug(row: Row) -> str:
     return "env-" + hashlib.sha1(row.env.encode("utf-8")).hexdigest()[:8]
 
 
-def _chart_name(row: Row) -> str:
-    return f"{row.family}-{row.figure}-{_slug(row.machine)}-{_env_slug(row)}-{row.commit[:8]}"
-
-
-def _subtitle(row: Row) -> str:
-    facts = row.machine_facts
+def _chart(first: Row, **fields: Any) -> Chart:
+    """A chart of the run and figure of ``first``: its key, file name and subtitle (the machine, torch, commit)."""
+    facts = first.machine_facts
     cpu = ", ".join(
         str(p) for p in (facts.get("cpu"), f"{facts['num_cpu']} CPUs" if facts.get("num_cpu") else None) if p
     )
-    machine = f"machine {row.machine}" + (f" ({cpu})" if cpu else "")
-    return f"{machine} · {env_label(row)} · commit {row.commit[:8]}"
+    machine = f"machine {first.machine}" + (f" ({cpu})" if cpu else "")
+    return Chart(key=(first.machine, first.env, first.commit, first.family),
+                 name=f"{first.family}-{first.figure}-{_slug(first.machine)}-{_env_slug(first)}-{first.commit[:8]}",
+                 subtitle=f"{machine} · {env_label(first)} · commit {first.commit[:8]}", **fields)
 
 
 def _is_number(value: Any) -> bool:
@@ -255,12 +254,10 @@ def line_chart(rows: Sequence[Row]) -> Chart | None:
     notes = _notes(empty, _missing_notes(panels, lambda x: f"{axis}={compact(int(x) if x == int(x) else x)}"))
     xs = [float(v) for v in _values_in_order(rows, axis)]
     wide_x, wide_y = _wide(xs), _wide(measured)
-    return Chart(
-        key=(first.machine, first.env, first.commit, first.family),
-        name=_chart_name(first),
+    return _chart(
+        first,
         kind="line",
         title=f"{first.family}: {label} ({first.benchmark.split('.', 1)[-1]})",
-        subtitle=_subtitle(first),
         xlabel=axis.replace("_", " ") + (" (log scale)" if wide_x else ""),
         ylabel=f"{label} ({unit})" + (" (log scale)" if wide_x or wide_y else ""),
         xlog=wide_x,
@@ -310,13 +307,11 @@ def ratio_chart(rows: Sequence[Row]) -> Chart | None:
     notes = _notes(empty, _missing_notes(panels, lambda x: _category_label(category_by, categories[int(x)], ", ")))
     wide = _wide(values)
     label = _figure_label(first)
-    return Chart(
-        key=(first.machine, first.env, first.commit, first.family),
-        name=_chart_name(first),
+    return _chart(
+        first,
         kind="bar",
         title=f"{first.family}: {label} over {baseline} with the same other parameters "
         f"({first.benchmark.split('.', 1)[-1]})",
-        subtitle=_subtitle(first),
         xlabel=", ".join(n.replace("_", " ") for n in category_by),
         ylabel=f"{label} over {baseline} (x, above 1 = faster)" + (" (log scale)" if wide else ""),
         ylog=wide,

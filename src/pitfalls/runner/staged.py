@@ -14,7 +14,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,6 @@ class StagedRun:
         stage: a folder of the run's own: the staged configuration and ``results/``, the copy asv writes into.
         machine: the asv machine the results go under.
         args: the ``asv run`` arguments after ``--machine``.
-        python: the interpreter asv runs with.
         facts: the machine's facts, recorded in the copy before asv runs (None: the caller recorded them).
     """
 
@@ -56,7 +55,6 @@ class StagedRun:
     stage: Path
     machine: str
     args: tuple[str, ...]
-    python: str = field(default_factory=lambda: sys.executable)
     facts: Mapping[str, Any] | None = None
 
     @property
@@ -106,7 +104,7 @@ def run_staged(run: StagedRun, launch: Callable[[Sequence[str]], int],
     if run.facts is not None:
         record_machine(run.machine, run.staged_results, dict(run.facts))
     conf = write_staged_conf(run.root / CONF_NAME, run.stage, results_dir=run.staged_results)
-    status = launch([*asv_command(run.python), "run", "--config", str(conf), "--machine", run.machine, *run.args])
+    status = launch([*asv_command(sys.executable), "run", "--config", str(conf), "--machine", run.machine, *run.args])
     if status not in (0, 2):
         return Staged(status, None)
     with store.locked(run.results):

@@ -45,16 +45,12 @@ def changed_files(root: str | os.PathLike[str], ignore: Iterable[str | os.PathLi
         if resolved.is_relative_to(folder) and resolved != folder:
             excludes.append(f":(exclude){resolved.relative_to(folder).as_posix()}")
     out = _git(folder, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--", ".", *excludes)
-    entries = [entry for entry in out.split("\0") if entry]
+    entries = iter(entry for entry in out.split("\0") if entry)
     files: list[str] = []
-    skip_next = False
     for entry in entries:
-        if skip_next:  # the source path of a rename
-            skip_next = False
-            continue
-        status, path = entry[:2], entry[3:]
-        files.append(path)
-        skip_next = "R" in status or "C" in status
+        files.append(entry[3:])
+        if "R" in entry[:2] or "C" in entry[:2]:
+            next(entries, None)  # the source path of a rename or a copy
     return files
 
 

@@ -71,13 +71,12 @@ def _estimate(value: Any) -> int:
     return sys.getsizeof(value) + sum(_deep_size(item) for item in sample) * len(value) // len(sample)
 
 
-def find_containers(dataset: Any, *, limit: int = 3, min_length: int = 2) -> list[Container]:
-    """The largest containers of Python objects among the dataset's attributes (and a wrapped dataset's).
+def find_containers(dataset: Any, *, limit: int = 3) -> list[Container]:
+    """The largest containers of two or more Python objects among the dataset's attributes (and a wrapped dataset's).
 
     Args:
         dataset: the user's dataset.
         limit: how many to return, largest first.
-        min_length: shorter containers are not listed.
 
     Returns:
         The containers, by estimated bytes.
@@ -92,7 +91,7 @@ def find_containers(dataset: Any, *, limit: int = 3, min_length: int = 2) -> lis
         seen.add(id(value))
         for attribute, held in vars(value).items() if hasattr(value, "__dict__") else ():
             path = f"{name}.{attribute}"
-            if isinstance(held, _KINDS) and len(held) >= min_length:
+            if isinstance(held, _KINDS) and len(held) >= 2:
                 found.append(Container(path, type(held).__name__, len(held), _estimate(held)))
             elif hasattr(held, "__getitem__") and hasattr(held, "__dict__") and not isinstance(held, type):
                 pending.append((path, held, depth + 1))  # a wrapped dataset (Subset, ConcatDataset's parts)

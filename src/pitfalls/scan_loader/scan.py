@@ -169,17 +169,13 @@ def _epoch_starts(held: contextlib.ExitStack, target: str, loader: DataLoader[An
         return {"persistent_workers=off": off, "persistent_workers=on": Unavailable("needs num_workers > 0")}
     persistent = rebuild(loader, workers=workers, persistent_workers=True, cycle=False)
     batches, raw = _started(held, target, persistent)
-    if next(batches, None) is None:
-        shut_down(raw)
-        return {"persistent_workers=off": off, "persistent_workers=on": Unavailable("the loader gave no batch")}
-    began = time.perf_counter()
-    again = iter(persistent)  # the same workers, told to start the next epoch
-    got = next(theirs(target, again), None)
-    on = time.perf_counter() - began
-    if got is None:
-        shut_down(raw)
-        return {"persistent_workers=off": off, "persistent_workers=on": Unavailable("the next epoch gave no batch")}
-    shut_down(again)
+    on: float | Unavailable = Unavailable("the loader gave no batch")
+    if next(batches, None) is not None:
+        began = time.perf_counter()
+        again = iter(persistent)  # the same workers, told to start the next epoch
+        got = next(theirs(target, again), None)
+        on = time.perf_counter() - began if got is not None else Unavailable("the next epoch gave no batch")
+        shut_down(again)
     shut_down(raw)
     return {"persistent_workers=off": off, "persistent_workers=on": on}
 

@@ -29,14 +29,10 @@ class PublishReport:
     """What :func:`publish` did.
 
     Attributes:
-        html_dir: the site folder.
-        pages: the HTML pages looked at, relative to ``html_dir``.
         rewritten: ``(page, cdn_url, local_url)`` for every address replaced by this call; empty on a re-run.
         vendored: number of files copied into ``html_dir/vendor`` (libraries, licences, fonts, manifest).
     """
 
-    html_dir: Path
-    pages: tuple[str, ...]
     rewritten: tuple[tuple[str, str, str], ...]
     vendored: int
 
@@ -101,8 +97,7 @@ def publish(html_dir: str | os.PathLike[str]) -> PublishReport:
     copied = assets.copy_to(site / VENDOR_FOLDER)
     for page, new_text in plans:
         page.write_text(new_text, encoding="utf-8")
-    return PublishReport(html_dir=site, pages=tuple(page.relative_to(site).as_posix() for page in pages),
-                         rewritten=tuple(reversed(rewritten)), vendored=len(copied) + 1)
+    return PublishReport(rewritten=tuple(reversed(rewritten)), vendored=len(copied) + 1)
 
 
 def _publish_arguments(asv_args: list[str]) -> tuple[Path, list[str]]:
