@@ -72,12 +72,6 @@ def render(rows: Sequence[Row], console: Console, title: str = "calibration") ->
     console.print(table)
 
 
-def rows_json(rows: Sequence[Row]) -> list[dict[str, Any]]:
-    """The rows as JSON-ready dicts (NaN planted values, for rows not run, become null)."""
-    return [{**asdict(row), "instruments": list(row.instruments),
-             "planted": None if row.planted != row.planted else row.planted} for row in rows]
-
-
 def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
     checks = all_checks()
     names = [c.name for c in checks]
@@ -88,7 +82,9 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
         checks = tuple(c for c in checks if c.name in args.only)
     rows = run_checks(checks, args.device)
     if args.json:
-        print(json.dumps(rows_json(rows), indent=1))
+        # The NaN planted value of a row not run is null.
+        print(json.dumps([{**asdict(row), "instruments": list(row.instruments),
+                           "planted": None if row.planted != row.planted else row.planted} for row in rows], indent=1))
     else:
         render(rows, console)
     return 1 if any(r.verdict == "fail" for r in rows) else 0

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pitfalls.report.rows import Row, baseline_variant, env_label
+from pitfalls.report.rows import Row, baseline_variant, env_label, group
 
 __all__ = ["Chart", "Panel", "Series", "build_charts", "compact", "line_chart", "ratio_chart", "size_axis"]
 
@@ -156,7 +156,7 @@ def _wide(values: Sequence[float]) -> bool:
 
 def compact(value: Any) -> str:
     """Short form of a size for ticks and notes: 10000 -> "10k", 1000000 -> "1M"; other values as they are."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == int(value) and value >= 1000:
+    if _is_number(value) and value == int(value) and value >= 1000:
         for power, suffix in ((9, "G"), (6, "M"), (3, "k")):
             if int(value) % 10**power == 0:
                 return f"{int(value) // 10**power}{suffix}"
@@ -227,10 +227,7 @@ def line_chart(rows: Sequence[Row]) -> Chart | None:
     if not measured or axis is None:
         return None
     first = rows[0]
-    if first.kind == "time":
-        scale, unit = _time_scale(measured)
-    else:
-        scale, unit = 1.0, first.unit
+    scale, unit = _time_scale(measured) if first.kind == "time" else (1.0, first.unit)
     lines_by = [n for n in _LINES_BY if n in first.params]
     styles = {mode: i for i, mode in enumerate(_values_in_order(rows, "mode"))} if "mode" in lines_by else {}
     facets: dict[tuple[tuple[str, Any], ...], dict[tuple[Any, ...], list[Row]]] = defaultdict(lambda: defaultdict(list))
@@ -342,8 +339,5 @@ def build_charts(rows: Sequence[Row]) -> list[Chart]:
     Returns:
         The charts that have something measured to show.
     """
-    groups = defaultdict(list)
-    for row in rows:
-        if row.in_suite:
-            groups[(row.machine, row.env, row.commit, row.benchmark)].append(row)
-    return [chart for group in groups.values() if (chart := _chart_of(group)) is not None]
+    runs = group([row for row in rows if row.in_suite], lambda r: (r.machine, r.env, r.commit, r.benchmark))
+    return [chart for one in runs.values() if (chart := _chart_of(one)) is not None]

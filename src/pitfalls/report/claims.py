@@ -161,13 +161,6 @@ def _loss(source: Source) -> Reading | None:
     return Reading((ratio,), f"{_x(ratio)} at batch 4, 64x64 (CPU)", False, reason)
 
 
-def _sampler_rows(source: Source, pieces: Sequence[str], ns: Sequence[int], batch: int,
-                  compiled: bool | None) -> list[dict[str, Any]]:
-    rows = [r for piece in pieces for r in source.headline(piece) if r["sizes"].get("batch", 1) == batch
-            and r["sizes"]["n"] in ns and (compiled is None or r["compiled"] == compiled)]
-    return sorted(rows, key=lambda r: r["sizes"]["n"])
-
-
 def _sampler_asv(source: Source, ns: Sequence[int], batch: int, modes: Sequence[str]) -> dict[int, float]:
     best: dict[int, float] = {}
     for n in ns:
@@ -181,10 +174,11 @@ def _sampler_asv(source: Source, ns: Sequence[int], batch: int, modes: Sequence[
 
 def _sampler_reading(source: Source, pieces: Sequence[str], ns: Sequence[int], batch: int, compiled: bool | None,
                      modes: Sequence[str]) -> Reading | None:
-    rows = _sampler_rows(source, pieces, ns, batch, compiled)
+    rows = [r for piece in pieces for r in source.headline(piece) if r["sizes"].get("batch", 1) == batch
+            and r["sizes"]["n"] in ns and (compiled is None or r["compiled"] == compiled)]
     if rows:
         by_n: dict[int, dict[str, Any]] = {}
-        for row in rows:  # batched: the better of eager and compiled at each N
+        for row in sorted(rows, key=lambda r: r["sizes"]["n"]):  # batched: the better of eager and compiled at each N
             n = row["sizes"]["n"]
             if n not in by_n or row["speedup"] > by_n[n]["speedup"]:
                 by_n[n] = row

@@ -5,6 +5,7 @@ Only this module needs matplotlib; the rest of the report loads without it.
 
 from __future__ import annotations
 
+import functools
 import math
 import textwrap
 from pathlib import Path
@@ -30,9 +31,7 @@ _FLOOR_COLOUR = "#404040"
 def _colour(variant: str, palette: dict[str, str]) -> str:
     if variant == FLOOR:
         return _FLOOR_COLOUR
-    if variant not in palette:
-        palette[variant] = _COLOURS[len(palette) % len(_COLOURS)]
-    return palette[variant]
+    return palette.setdefault(variant, _COLOURS[len(palette) % len(_COLOURS)])
 
 
 def _segments(series: Series) -> list[list[tuple[float, float]]]:
@@ -72,35 +71,15 @@ def _draw_bars(ax: Any, chart: Chart, panel: Panel, palette: dict[str, str]) -> 
         hatch = (None, "//", "..", "xx")[series.style % 4] if not series.variant else None
         xs = [x + offset for x, _ in series.points]
         heights = [y - bottom for _, y in series.points]
-        bars = ax.bar(
-            xs,
-            heights,
-            width=width * 0.95,
-            bottom=bottom,
-            color=colour,
-            hatch=hatch,
-            edgecolor="black",
-            linewidth=0.4,
-            label=series.label,
-            gid=series.label,
-        )
+        bars = ax.bar(xs, heights, width=width * 0.95, bottom=bottom, color=colour, hatch=hatch, edgecolor="black",
+                      linewidth=0.4, label=series.label, gid=series.label)
         unit = "x" if chart.reference is not None else ""
         texts = ax.bar_label(bars, labels=[f"{y:.3g}{unit}" for _, y in series.points], fontsize=7, padding=2)
         for text in texts:  # readable where the reference line crosses a label
             text.set_bbox({"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 0.5})
         for x in series.missing:
-            ax.annotate(
-                "n/a",
-                (x + offset, 0),
-                xycoords=("data", "axes fraction"),
-                xytext=(0, 3),
-                textcoords="offset points",
-                ha="center",
-                va="bottom",
-                fontsize=8,
-                color="dimgray",
-                style="italic",
-            )
+            ax.annotate("n/a", (x + offset, 0), xycoords=("data", "axes fraction"), xytext=(0, 3), fontsize=8,
+                        textcoords="offset points", ha="center", va="bottom", color="dimgray", style="italic")
     ax.set_xticks(range(len(chart.categories)), chart.categories, fontsize=8)
     ax.set_xlim(-0.6, len(chart.categories) - 0.4)
 
@@ -192,10 +171,6 @@ def write_charts(rows: list[Row], out_dir: Path) -> list[tuple[Path, tuple[str, 
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for chart in build_charts(rows):
-        figure = render(chart)
-
-        def save(path: Path, figure: Figure = figure) -> None:
-            figure.savefig(path, format="png", dpi=110)
-
+        save = functools.partial(render(chart).savefig, format="png", dpi=110)
         written.append((atomic_write(out_dir / f"{chart.name}.png", save), chart.key))
     return written

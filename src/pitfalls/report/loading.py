@@ -192,12 +192,10 @@ def _oldest_first(results: Iterable[Any]) -> list[Any]:
 
 
 def _newest_per_env(loaded: list[Any]) -> list[Any]:
-    """Of each environment's results files keep the newest commit."""
+    """Of each environment's results files keep the newest commit (the first of equally new ones)."""
     newest: dict[str, Any] = {}
-    for result in loaded:
-        kept = newest.get(result.env_name)
-        if kept is None or _age(result) > _age(kept):
-            newest[result.env_name] = result
+    for result in sorted(loaded, key=_age, reverse=True):
+        newest.setdefault(result.env_name, result)
     return list(newest.values())
 
 

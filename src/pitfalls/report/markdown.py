@@ -122,10 +122,6 @@ def _date(value: dt.datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M UTC") if value else "unknown"
 
 
-def _param_heading(names: Sequence[str]) -> str:
-    return ", ".join(n.replace("_", " ") for n in names) or "case"
-
-
 def _ordered_names(names: Iterable[str]) -> list[str]:
     names = list(names)
     return (["variant"] if "variant" in names else []) + [n for n in names if n != "variant"]
@@ -247,7 +243,8 @@ def _tables(rows: Sequence[Row], title: str) -> list[str]:
             if skips.shown(names, case)
         ]
         benchmarks = ", ".join(f"`{b}`" for b in sorted({r.benchmark for r in shape_rows}))
-        lines += [f"#### {title}: per {_param_heading(names)}", "", f"Benchmarks: {benchmarks}.", ""]
+        per = ", ".join(n.replace("_", " ") for n in names) or "case"
+        lines += [f"#### {title}: per {per}", "", f"Benchmarks: {benchmarks}.", ""]
         headings = [heading for heading, _ in columns]
         figures_text = ", ".join(h for h in headings if not h.startswith("x floor"))
         if skips.everything:
@@ -268,24 +265,18 @@ def _machine_line(facts: Mapping[str, Any]) -> str:
     return " · ".join(str(part) for part in parts if part) or "no machine facts recorded"
 
 
-def _version_key(text: str) -> tuple[Any, ...]:
-    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in text.replace("+", ".").split("."))
-
-
 def _env_order(row: Row) -> tuple[Any, ...]:
-    return (0, _version_key(row.torch), row.env) if row.torch else (1, (), row.env)
+    """Environments with a torch version first, in version order (numbers as numbers), then the others by name."""
+    if not row.torch:
+        return (1, (), row.env)
+    parts = row.torch.replace("+", ".").split(".")
+    return (0, tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in parts), row.env)
 
 
 def _newest_first(rows: Sequence[Row]) -> tuple[dt.datetime, dt.datetime]:
     oldest = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
     measured = [r.measured_at for r in rows if r.measured_at]
     return (rows[0].commit_date or oldest, max(measured, default=oldest))
-
-
-def _env_labels(envs: Sequence[Row]) -> list[str]:
-    """Column labels of environments: the torch version, with the environment's name where two share one."""
-    labels = [env_label(e) for e in envs]
-    return [f"{label} ({e.env})" if labels.count(label) > 1 else label for label, e in zip(labels, envs, strict=True)]
 
 
 def comparison_markdown(rows: Sequence[Row]) -> str:
@@ -302,7 +293,9 @@ def comparison_markdown(rows: Sequence[Row]) -> str:
         envs = sorted({r.env: r for r in commit_rows}.values(), key=_env_order)
         if len(envs) < 2:
             continue
-        labels = _env_labels(envs)
+        # The torch version, with the environment's name where two share one.
+        labels = [env_label(e) for e in envs]
+        labels = [f"{name} ({e.env})" if labels.count(name) > 1 else name for name, e in zip(labels, envs, strict=True)]
         lines += [f"### {machine}: {' vs '.join(labels)} at commit {commit[:8]}", "",
                   f"Time per call in each environment; the last column is {labels[-1]} / {labels[0]} (below 1: "
                   "faster there).", ""]

@@ -298,9 +298,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def split_at_dashes(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """``(own arguments, arguments after --)``: what a script parses, and what it hands to asv unread."""
     args = list(argv)
-    if "--" not in args:
-        return args, []
-    return args[: args.index("--")], args[args.index("--") + 1 :]
+    at = args.index("--") if "--" in args else len(args)
+    return args[:at], args[at + 1 :]
 
 
 def report_errors(run: Callable[[], int]) -> int:

@@ -58,8 +58,7 @@ def check_writable(*folders: str | os.PathLike[str]) -> None:
         if not probe.is_dir():
             raise RunnerError(f"{path}: not a folder; results and the site need a folder they can write to")
         try:
-            with tempfile.NamedTemporaryFile(dir=probe, prefix=".write-check-"):
-                pass
+            tempfile.NamedTemporaryFile(dir=probe, prefix=".write-check-").close()
         except OSError as error:
             raise RunnerError(f"{path} is not writable ({error.strerror or one_line(error)}); nothing was measured") \
                 from error

@@ -26,7 +26,7 @@ import sys
 import threading
 import urllib.parse
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from http import HTTPStatus
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -259,12 +259,8 @@ def serve(html_dir: str | os.PathLike[str], port: int = 0, host: str = DEFAULT_H
     """
     server = make_server(html_dir, port=port, host=host, idle_timeout_s=idle_timeout_s)
     print(f"serving {Path(html_dir).resolve()} at {url_of(server)} (loopback only; Ctrl-C stops)", flush=True)
-    try:
+    with server, suppress(KeyboardInterrupt):  # leaving the server's block closes it
         server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
 
 
 def main(argv: Iterable[str] | None = None) -> int:
