@@ -49,8 +49,7 @@ def _draw_lines(ax: Any, panel: Panel, palette: dict[str, str]) -> None:
         colour = _colour(series.variant, palette)
         for i, run in enumerate(_segments(series)):
             ax.plot(
-                [x for x, _ in run],
-                [y for _, y in run],
+                *zip(*run, strict=True),
                 color=colour,
                 linestyle=_LINESTYLES[series.style % len(_LINESTYLES)],
                 marker=_MARKERS[series.style % len(_MARKERS)],

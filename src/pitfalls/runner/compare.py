@@ -1,17 +1,9 @@
 """``scripts/compare``: the regression gate, two commits measured in one managed environment.
 
-``asv continuous`` builds both commits from git into one virtualenv, runs each benchmark for both (rounds
-interleaved, so a busy machine's drift does not read as a change), prints the comparison and exits 1 on a
-slowdown; ``asv compare`` always exits 0, so it cannot gate. Only figures where lower is better are measured:
-step times and peak memory, and the exact counts (sync hazards, real CUDA syncs, graph breaks, recompiles,
-bytes). A speedup or a GPU-busy percent that grows is good news, and asv treats every increase as worse.
-
-What gates by default depends on the machine. Counts are exact: they gate everywhere. Times gate on a machine
-with a GPU; on a machine without one they are measured and reported but not gated: on a shared 2-core CPU the
-time gate flagged unchanged code at up to 15x, so a first run of the gate there would fail on noise.
-``PITFALLS_COMPARE_TIMES=1`` (or ``0``) decides it explicitly.
-
-The results go to ``.asv/compare/results``, not results/: a gate's two quick runs are not the published history.
+``asv continuous`` builds both commits into one virtualenv and runs each benchmark for both, rounds interleaved
+so that a busy machine's drift does not read as a change; ``asv compare`` always exits 0, so it cannot gate.
+Which figures gate where, and why times gate only with a GPU by default: docs/asv.md ("Regression gate"). The
+results go to ``.asv/compare/results``, not results/: a gate's two quick runs are not the published history.
 """
 
 from __future__ import annotations

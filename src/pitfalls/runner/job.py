@@ -1,29 +1,12 @@
 """The main job: check every variant, run asv on this checkout (or on commits), merge the results, publish.
 
-``scripts/run-suite`` and ``scripts/run-history`` are thin wrappers over :func:`run_job`. In order:
-
-1. asv.conf.json is read (a broken file is named, before anything runs); results/ and html/ must be writable;
-   a working tree that differs from HEAD is refused unless ``--allow-dirty`` (then the run is recorded under
-   the machine ``<machine>-dirty``, see below); staging folders of killed runs are removed.
-2. ``pitfalls check``: every variant against naive; a difference stops the job before anything is measured.
-3. The machine's full facts are recorded (:mod:`pitfalls.runner.machine`).
-4. asv runs with a staged copy of asv.conf.json whose results folder is a copy of results/ in the staging folder,
-   with TMPDIR there too. The main job uses the ``installed`` environment (src/pitfalls_asv.py): named and
-   labelled by its Python and torch versions, so it joins the virtualenv series of its torch version.
-5. Under the results lock, the entries asv measured are merged into results/ key by key, and the site is
-   published. asv's exit status 2 (some benchmark failed) keeps the results and is the job's status too.
-
-Uncommitted changes. asv records a result under a commit hash and nothing else: it has no notion of a working
-tree that differs from it (``--set-commit-hash`` only accepts a commit of the repository, which the site then
-looks up). The label left to choose is the machine or the environment. The machine is the one that cannot be
-mistaken: ``results/<machine>-dirty/`` is a folder of its own, a separate button in the site and a separate
-machine in ``pitfalls report``, it never shares a file with clean results of the same commit, and deleting it
-removes every trace. An environment suffix would put dirty figures in the clean machine's folder, in files that
-differ from clean ones by a few letters of their names.
-
-Signals. SIGTERM and SIGINT stop asv, its forkserver and every benchmark process (found by the run's marker,
-see :mod:`pitfalls.runner.processes`), remove the staging folder, leave results/ as it was, and exit with
-128 + the signal number.
+``scripts/run-suite`` and ``scripts/run-history`` are thin wrappers over :func:`run_job`; docs/asv.md ("Running
+it") gives its steps in order. Why uncommitted changes go to a machine of their own: asv records a result under
+a commit hash and nothing else (``--set-commit-hash`` only accepts a commit of the repository), so the label left
+to choose is the machine or the environment, and only ``results/<machine>-dirty/`` can never share a file with
+clean results of the same commit. SIGTERM and SIGINT stop asv, its forkserver and every benchmark process (found
+by the run's marker, see :mod:`pitfalls.runner.processes`), remove the staging folder, leave results/ as it was,
+and exit with 128 + the signal number.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """The machine a run is recorded under: one name rule and every fact, on a fresh machine or not.
 
-asv files results under ``results/<machine>/`` and copies the machine's facts (arch, cpu, num_cpu, os, ram) into
-every result's params, which the site turns into facets and series. It reads those facts from
-``~/.asv-machine.json``; ``asv machine --yes --machine NAME`` on a machine without that file saves only the name
-(it keeps just the fields that differ from the defaults it would have filled in), so a fresh machine's results
-lose every fact. Here the facts are written in full, through asv's own machine record, before asv runs.
-
-Which value wins: the facts already recorded for the machine in ``results/<machine>/machine.json`` (the
-repository's record of the machine), then what is measured now, then the user's own ``~/.asv-machine.json``
-entry (for keys neither has). A record is therefore never rewritten with fewer facts, and results of the same
-machine keep joining their series when an incidental fact drifts (the kernel's build string, a few kB of RAM
-between two VMs of one kind). Each kept value that differs from the measured one is reported; deleting the
-machine.json records the machine anew.
+asv copies the machine's facts from ``~/.asv-machine.json`` into every result's params (the site's facets and
+series), and on a fresh machine ``asv machine --yes --machine NAME`` saves only the name there: so the facts are
+written in full, through asv's own machine record, before asv runs. Which value wins, and why a committed record
+is never rewritten with fewer facts: docs/asv.md ("Running it").
 """
 
 from __future__ import annotations
