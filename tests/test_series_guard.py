@@ -88,7 +88,8 @@ def test_the_family_module_is_part_of_the_method():
     assert found == [loss.__name__]
 
 
-def test_record_and_restart_rewrite_the_pins_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_record_and_restart_rewrite_the_pins_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]):
     pins_file = tmp_path / "series.json"
     shutil.copy(series_guard.PINS_FILE, pins_file)
     monkeypatch.setattr(series_guard, "PINS_FILE", pins_file)
@@ -101,6 +102,7 @@ def test_record_and_restart_rewrite_the_pins_file(tmp_path: Path, monkeypatch: p
     recorded = series_guard.load_pins(pins_file)[name]
     assert (recorded.version, recorded.method) == (before.version, before.method)
     assert series_guard.main(["restart", name, "--commit", "abc12345", "--why", "planted"]) == 0
+    assert "python -m pitfalls.suite_description --write" in capsys.readouterr().out
     restarted = series_guard.load_pins(pins_file)[name]
     assert restarted.version == before.method != before.version
     assert restarted.restarts == ({"commit": "abc12345", "previous": before.version, "why": "planted"},)
