@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
             pins[name] = Pin(version=now, method=now, restarts=restarted)
         print(f"{name}: version {pins[name].version[:12]}, method {now[:12]}")
     save_pins(pins)
-    if args.action != "record":  # a new version: the committed suite description names the old one
+    if args.action == "restart":  # a new version: the committed suite description names the old one
         print("results/benchmarks.json now names the old versions: python -m pitfalls.suite_description --write")
     return 0
 
