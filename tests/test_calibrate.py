@@ -50,7 +50,7 @@ def test_calibrate_cpu_passes_with_every_row() -> None:
 def test_the_doctors_rows_pass_through_the_command() -> None:
     # The doctor's rows alone (one planted run read by all of them), for the CUDA-build leg, where the whole table
     # would take minutes more; the whole table's run above holds them too.
-    from pitfalls.doctor.known import doctor_checks
+    from pitfalls.doctor.checks import doctor_checks
 
     names = [check.name for check in doctor_checks() if check.device == CPU]  # the CUDA ones: "not run" here
     done = subprocess.run([str(PITFALLS), "calibrate", "--device", "cpu", "--json",

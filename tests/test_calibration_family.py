@@ -8,7 +8,7 @@ import threading
 import pytest
 import torch
 
-from pitfalls.families import planted as calibration
+from pitfalls.families import calibration
 
 
 class FakeClock:

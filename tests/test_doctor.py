@@ -9,18 +9,18 @@ import pytest
 from rich.console import Console
 
 from pitfalls import cli
-from pitfalls.doctor import DoctorOptions, DoctorReport, gpu_check, run_doctor
-from pitfalls.doctor import known as planted
+from pitfalls.doctor import DoctorOptions, DoctorReport, checks, planted, run_doctor
 from pitfalls.doctor.render import render
+from pitfalls.gpu_run.doctor import gpu_check
 
 # The loader's wait is read against its planted sleeps: with the machine to itself.
 pytestmark = pytest.mark.serial
 
-SCRIPT = str(planted.PLANTED_SCRIPT)
+SCRIPT = str(planted.TRAIN)
 
 
 def _run() -> DoctorReport:
-    return planted.run_planted()
+    return checks.run_planted()
 
 
 @pytest.fixture(scope="module")
@@ -29,10 +29,10 @@ def report() -> DoctorReport:
 
 
 def at(report: DoctorReport, kind: str, text: str) -> list:
-    return list(report.finding_at(kind, SCRIPT, planted.planted_line(text)))
+    return list(report.finding_at(kind, SCRIPT, checks.planted_line(text)))
 
 
-def test_it_stops_the_endless_loop_after_warm_up_timed_and_scanned_steps(report):
+def test_it_stops_the_endless_loop_after_warm_up_timed_scanned_and_memory_steps(report):
     steps = report.steps
     counts = (steps.warmup, steps.measured, steps.memory, steps.before_scan, steps.scanned, steps.gpu, steps.total)
     assert counts == (3, 10, 5, 1, 5, 0, 24)
@@ -41,10 +41,10 @@ def test_it_stops_the_endless_loop_after_warm_up_timed_and_scanned_steps(report)
 
 
 def test_each_planted_sync_is_named_at_its_line_with_its_count_per_step(report):
-    for line in (planted.ITEM, planted.NONZERO, planted.HELPER, planted.TOLIST, planted.OPTIMIZER):
-        assert planted.syncs_at(report, line) == line.per_step, line
-    (item,) = at(report, "sync", planted.ITEM.text)
-    (nonzero,) = at(report, "sync", planted.NONZERO.text)
+    for line in (checks.ITEM, checks.NONZERO, checks.HELPER, checks.TOLIST, checks.OPTIMIZER):
+        assert checks.syncs_at(report, line) == line.per_step, line
+    (item,) = at(report, "sync", checks.ITEM.text)
+    (nonzero,) = at(report, "sync", checks.NONZERO.text)
     assert (item.title, nonzero.title) == (".item()", "aten.nonzero")
     assert item.call_sites == () and item.cost == "cost not measurable on a CPU" and item.ms_per_step is None
     syncs = {(f.line, f.per_step) for f in report.findings if f.kind == "sync"}
@@ -52,14 +52,14 @@ def test_each_planted_sync_is_named_at_its_line_with_its_count_per_step(report):
 
 
 def test_the_helper_names_the_steps_line_that_calls_it(report):
-    (helper,) = at(report, "sync", planted.HELPER.text)
-    assert helper.call_sites == ((SCRIPT, planted.planted_line(planted.HELPER.caller)),)
+    (helper,) = at(report, "sync", checks.HELPER.text)
+    assert helper.call_sites == ((SCRIPT, checks.planted_line(checks.HELPER.caller)),)
 
 
 def test_the_loader_ranks_first_and_waits_its_planted_sleeps_within_ten_percent():
     report = _run()
     first = report.findings[0]
-    assert (first.kind, first.rank, first.line) == ("loader", 1, planted.planted_line("for x, y in loader:"))
+    assert (first.kind, first.rank, first.line) == ("loader", 1, checks.planted_line("for x, y in loader:"))
     wanted = planted.BATCH * planted.ITEM_MS
     measured = report.loader.ms_per_step
     if abs(measured - wanted) > 0.10 * wanted:  # a shared machine can disturb one run: measured once more
@@ -71,10 +71,10 @@ def test_the_loader_ranks_first_and_waits_its_planted_sleeps_within_ten_percent(
 
 def test_one_graph_break_with_its_reason_and_a_recompile(report):
     (graph_break,) = report.compile.graph_breaks
-    assert graph_break["line"] == planted.planted_line("    torch._dynamo.graph_break()")
-    assert "torch._dynamo.graph_break()" in graph_break["reason"]
-    assert {r["function"] for r in report.compile.recompiles} == {"scale"}
-    assert all("size mismatch" in r["reason"] for r in report.compile.recompiles)
+    assert graph_break.line == checks.planted_line("    torch._dynamo.graph_break()")
+    assert "torch._dynamo.graph_break()" in graph_break.reason
+    assert {r.function for r in report.compile.recompiles} == {"scale"}
+    assert all("size mismatch" in r.reason for r in report.compile.recompiles)
     assert report.compile.compile_s is not None and report.compile.compile_s > 0
     (finding,) = [f for f in report.findings if f.kind == "compile"]
     assert finding.ms_per_step is None and finding.per_step is None and finding.fix
@@ -115,9 +115,9 @@ def test_without_the_first_steps_provenance_adamw_would_read_false_syncs(monkeyp
 
     monkeypatch.setattr(phases, "keep_provenance", lambda _provenance: contextlib.nullcontext())
     options = DoctorOptions(warmup=1, steps=1, scanned=1)
-    args = [*planted.planted_args()[:4], "--item-ms", "0"]
-    report = run_doctor(planted.PLANTED_SCRIPT, args, options)
-    assert planted.syncs_at(report, planted.OPTIMIZER) == 4  # AdamW over 2 weights and 2 biases
+    args = [*checks.planted_args()[:4], "--item-ms", "0"]
+    report = run_doctor(planted.TRAIN, args, options)
+    assert checks.syncs_at(report, checks.OPTIMIZER) == 4  # AdamW over 2 weights and 2 biases
 
 
 def test_gpu_check_runs_on_the_cpu_and_says_what_it_could_not_measure(tmp_path):
@@ -136,13 +136,13 @@ def test_the_calibration_rows_are_the_tables_and_publish_nothing():
     # passes, in one run of the whole table, none measured twice).
     from pitfalls.calibration.run import all_checks
 
-    checks = planted.doctor_checks()
-    assert checks and not any(check.published for check in checks)
-    assert {check.name for check in checks} <= {check.name for check in all_checks()}
+    rows = checks.doctor_checks()
+    assert rows and not any(row.published for row in rows)
+    assert {row.name for row in rows} <= {row.name for row in all_checks()}
 
 
 def test_the_command_prints_the_report_and_exits_0(capsys):
-    args = planted.planted_args()[:4] + ["--item-ms", "0"]
+    args = checks.planted_args()[:4] + ["--item-ms", "0"]
     code = cli.main(["doctor", "--warmup", "2", "--steps", "1", "--scanned", "5", "--json", SCRIPT, "--", *args])
     assert code == 0
     data = json.loads(capsys.readouterr().out)

@@ -1,50 +1,71 @@
-"""The doctor's rules on the planted rules script: exactly the planted findings, at their lines, each with its fix;
-none on the right-thing lines; and the rows that calibrate them fail when a rule's instrument is blind."""
+"""The doctor's rules as units of one registry: each built-in rule's finding at its planted line with its fix, word
+for word, and none on its twin; a rule defined outside the package, with its own instrument, plant and twin, read the
+same way; the rows that calibrate them, and one that fails when a rule's instrument is blind."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
 
-from pitfalls.doctor import known as planted
-from pitfalls.doctor import rules
+from pitfalls.docs.doctor_rules import rules_lines
+from pitfalls.doctor import checks, planted, rules
+from pitfalls.doctor.model_watch import ModelWatch
 from pitfalls.doctor.report import DoctorReport
+from pitfalls.doctor.rules import model
 from pitfalls.known.table import CPU, verdict
 
-SCRIPT = str(planted.RULES_SCRIPT)
+SCRIPT = str(planted.RULES)
+PLUGIN = Path(__file__).resolve().parent / "doctor_plugin_rule.py"
 
 
 @pytest.fixture(scope="module")
 def report() -> DoctorReport:
-    return planted.run_rules()
+    return checks.run_script(SCRIPT, (), CPU)
 
 
-def test_each_planted_rule_is_one_finding_at_its_line_with_its_fix(report):
-    fixes = {rule.name: rule.fix for rule in rules.RULES}
-    for one in planted.PLANTED:
-        (finding,) = planted.at_planted(report, one)
-        assert finding.fix == fixes[one.rule] if one.kind == "rule" else one.fix in finding.fix
-        assert finding.path == SCRIPT and finding.code and finding.per_step and finding.per_step >= 1
+def _planted_here(rule: rules.Rule) -> bool:
+    return rule.plant.planted.script == planted.RULES
 
 
-def test_nothing_but_the_planted_rules_and_the_loaders_pipeline_is_found(report):
-    planted_lines = {planted.lines_marked(one.text)[0] for one in planted.PLANTED}
-    loader = planted.lines_marked("for images, labels in DataLoader(")[0]  # its wait and its batch's dtypes
-    pinned = planted.lines_marked("# right: a non-blocking copy from pinned memory")[0]
-    found = {(f.kind, f.line) for f in report.findings}
-    assert {line for _, line in found} == planted_lines | {loader, pinned}
-    (copy,) = [f for f in report.findings if f.line == pinned]
-    assert copy.kind == "copy" and ", pinned, non-blocking" in copy.title  # its bytes, not a rule
-    assert planted.on_right_lines(report) == []
-    assert sum(f.kind == "rule" for f in report.findings) == sum(one.kind == "rule" for one in planted.PLANTED)
+def test_each_rule_planted_in_the_rules_script_is_one_finding_at_its_line_and_none_at_its_twin(report):
+    for rule in rules.BUILTIN:
+        if _planted_here(rule):
+            (finding,) = checks.found_at(report, rule, rule.plant.planted)
+            assert finding.kind == rule.kind and finding.fix == rule.fix, rule.name
+            assert finding.code and finding.path == SCRIPT
+        if rule.plant.right.script == planted.RULES:
+            assert checks.found_at(report, rule, rule.plant.right) == [], rule.name
+
+
+def test_every_finding_names_its_rule_whose_fix_is_the_tables_word_for_word(report):
+    fixes = {rule.name: rule.fix for rule in rules.BUILTIN}
+    assert report.findings and all(f.rule and f.fix == fixes[f.rule] for f in report.findings)
+    table = "\n".join(rules_lines())
+    assert all(f"| {f.rule} | {f.kind} |" in table and f.fix in table for f in report.findings)
+
+
+def test_nothing_but_the_planted_lines_is_found(report):
+    planted_lines = {rule.plant.planted.number for rule in rules.BUILTIN if _planted_here(rule)}
+    assert {f.line for f in report.findings} == planted_lines
+    assert len(report.findings) == sum(_planted_here(rule) for rule in rules.BUILTIN)
 
 
 def test_a_rule_finding_names_its_rule_and_function_in_the_json(report):
-    (tf32,) = [f for f in report.findings if f.rule == rules.TF32_MATMUL.name]
+    (tf32,) = [f for f in report.findings if f.rule == model.TF32_MATMUL.name]
     data = tf32.as_json()
-    assert data["kind"] == "rule" and data["rule"] == rules.TF32_MATMUL.name and data["function"] == "forward"
+    assert data["kind"] == "rule" and data["rule"] == model.TF32_MATMUL.name and data["function"] == "forward"
     assert data["title"] == "3 float32 matmul(s) a step at 1 line(s), without TF32"  # forward and its 2 backward
     assert data["cost"] == "not measured: no GPU"
+
+
+def test_the_registry_names_each_rule_once_and_each_plant_names_one_line():
+    names = [rule.name for rule in rules.BUILTIN]
+    assert len(names) == len(set(names))
+    for rule in rules.BUILTIN:
+        planted_at, right_at = rule.plant.planted, rule.plant.right
+        assert (planted_at.script, planted_at.number) != (right_at.script, right_at.number), rule.name
 
 
 @pytest.mark.parametrize(("make", "setting"), [
@@ -55,21 +76,45 @@ def test_a_rule_finding_names_its_rule_and_function_in_the_json(report):
     (lambda p: torch.optim.LBFGS(p), ""),  # no foreach implementation to switch to
 ])
 def test_an_optimizer_runs_tensor_by_tensor_on_a_gpu_as_its_settings_say(make, setting):
-    assert rules._tensor_by_tensor(make([torch.nn.Parameter(torch.ones(2))])) == setting
+    assert model.tensor_by_tensor(make([torch.nn.Parameter(torch.ones(2))])) == setting
 
 
 def test_a_blind_matmul_instrument_fails_its_row(monkeypatch):
-    monkeypatch.setattr(rules.RuleWatch, "_matmul", lambda self, a, b: None)
-    (check,) = [c for c in planted.rule_checks()
-                if c.device == CPU and rules.TF32_MATMUL.name in c.name]
+    monkeypatch.setattr(ModelWatch, "_matmul", lambda self, a, b: None)
+    (check,) = [c for c in checks.rule_checks() if c.device == CPU and c.name.startswith(
+        f"doctor rule on cpu: {model.TF32_MATMUL.name}, one at")]
     row = verdict(check, check.measure(CPU))
     assert row.verdict == "fail" and row.measured == 0.0
 
 
-def test_the_rules_gpu_piece_runs_on_the_cpu_and_writes_its_report(tmp_path):
-    from pitfalls.doctor import rules_check
+@pytest.fixture
+def plugin(monkeypatch):
+    monkeypatch.setenv(rules.RULES_ENV, f"{PLUGIN}:RULE")
+    rules.reload()
+    yield rules.rule("full sort for the top values")
+    monkeypatch.delenv(rules.RULES_ENV)
+    rules.reload()
 
-    found = rules_check(tmp_path, CPU)
-    assert [(row["rule"], row["found"]) for row in found["rows"]] == [(one.name, 1) for one in planted.PLANTED]
-    assert found["right_lines"]["found"] == 0 and found["error"] is None
-    assert "findings, the costliest first" in (tmp_path / "doctor-rules.txt").read_text()
+
+def test_a_rule_defined_outside_the_package_fires_on_its_plant_and_not_on_its_twin(plugin):
+    assert plugin is not None and rules.load_errors() == ()
+    assert plugin in rules.all_rules() and plugin not in rules.BUILTIN
+    found = checks.run_script(str(plugin.plant.planted.script), (), CPU)
+    (finding,) = checks.found_at(found, plugin, plugin.plant.planted)
+    assert (finding.kind, finding.title, finding.per_step, finding.fix) == ("rule", "a full sort", 1.0, plugin.fix)
+    assert checks.found_at(found, plugin, plugin.plant.right) == []
+    rows = [c for c in checks.rule_checks() if plugin.name in c.name]
+    assert [verdict(c, c.measure(CPU)).verdict for c in rows] == ["pass", "pass"]
+
+
+def test_a_plugin_that_is_not_a_rule_is_left_out_with_its_reason(monkeypatch):
+    monkeypatch.setenv(rules.RULES_ENV, f"{PLUGIN}:SCRIPT")
+    rules.reload()
+    try:
+        with pytest.warns(UserWarning, match="rule left out"):
+            errors = rules.load_errors()
+        assert len(errors) == 1 and "is a PosixPath, not a pitfalls.Rule" in errors[0]
+        assert rules.all_rules() == rules.BUILTIN
+    finally:
+        monkeypatch.delenv(rules.RULES_ENV)
+        rules.reload()

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import psutil
 import pytest
+from rich.console import Console
 
 from pitfalls import cli
 from pitfalls.doctor import DoctorOptions, ScriptError, run_doctor
+from pitfalls.doctor.render import render
 
 EXAMPLES = Path(__file__).resolve().parent / "doctor_examples"
 QUICK = DoctorOptions(warmup=2, steps=3, scanned=5, memory=1)
@@ -36,7 +38,7 @@ def test_adamw_without_hazards_reports_no_sync(foreach):
     assert report.steps.total == 12 and report.steps.counted_by == "optimizer"
     assert [f for f in report.findings if f.kind == "sync"] == []
     # Memory is sampled in a step of its own: the sampler takes a core that the timed steps would wait for.
-    assert report.steps.memory == 1 and report.memory.detail.startswith("over 1 steps after the timed ones")
+    assert report.steps.memory == 1 and report.memory.detail.startswith("over 1 steps after the scanned ones")
     assert report.steps.scanned == 5 and report.failure is None
 
 
@@ -80,7 +82,7 @@ def test_a_script_that_never_steps_is_stopped_by_the_budget_and_says_so(tmp_path
     report = run_doctor(script, (), DoctorOptions(budget_s=1.0))
     assert report.ended == "stopped: the budget of 1 s was spent"
     assert report.steps.total == 0 and report.steps.counted_by is None and report.findings == ()
-    assert "step time, the loader's wait and memory: no step was timed" in report.not_measured
+    assert "step time and the loader's wait: no step was timed" in report.not_measured
 
 
 def test_a_missing_argument_is_the_scripts_own_exit_and_fails_the_run(capsys):
@@ -142,7 +144,7 @@ def test_real_syncs_are_counted_at_the_line_that_warned_and_other_warnings_pass_
 
     from fakes import FakeCuda
 
-    from pitfalls.doctor.gpu import RealSyncs
+    from pitfalls.doctor.real_syncs import RealSyncs
     from pitfalls.probes.syncs import CUDA_SYNC_WARNING
 
     fake = FakeCuda()
@@ -169,7 +171,7 @@ def test_the_gpu_phase_runs_and_reaches_the_report_with_cuda_faked(monkeypatch, 
     import torch
     from fakes import FakeCuda
 
-    from pitfalls.doctor import gpu, phases
+    from pitfalls.doctor import copies, phases, real_syncs
     from pitfalls.doctor import run as run_module
     from pitfalls.doctor.copies import DEVICE_TO_HOST, HOST_TO_DEVICE
 
@@ -179,9 +181,9 @@ def test_the_gpu_phase_runs_and_reaches_the_report_with_cuda_faked(monkeypatch, 
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: None)
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 1 << 20)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(phases, "RealSyncs", lambda clock: gpu.RealSyncs(clock, cuda=fake))
+    monkeypatch.setattr(phases, "RealSyncs", lambda clock: real_syncs.RealSyncs(clock, cuda=fake))
     rates = tuple((d, p, 10e9 if p else 5e9) for d in (HOST_TO_DEVICE, DEVICE_TO_HOST) for p in (False, True))
-    monkeypatch.setattr(run_module, "copy_bandwidth", lambda device: gpu.Bandwidth(str(device), rates))
+    monkeypatch.setattr(run_module, "copy_bandwidth", lambda device: copies.Bandwidth(str(device), rates))
     path = EXAMPLES / "loader_only.py"
     report = run_doctor(path, [str(tmp_path / "marker")], QUICK)
     assert report.steps.gpu == 5 and report.steps.total == 16
@@ -216,9 +218,9 @@ def test_host_data_and_optimizer_state_made_at_any_step_read_no_sync(script, lin
 def test_without_the_step_before_the_scan_a_batch_fetched_ahead_reads_one_false_count(monkeypatch):
     # The step before the scan records provenance: without it, the NumPy windows the last timed step fetched are
     # unknown to the first scanned step, and their nonzero reads once in the scanned window.
-    from pitfalls.doctor import options
+    from pitfalls.doctor import phases
 
-    monkeypatch.setattr(options, "BRIDGE_STEPS", 0)
+    monkeypatch.setattr(phases, "BEFORE_SCAN_STEPS", 0)
     path = EXAMPLES / "batch_ahead.py"
     report = run_doctor(path, (), QUICK)
     found = report.finding_at("sync", str(path), line_of(path, "ahead = torch.nonzero("))
@@ -294,3 +296,31 @@ def test_an_item_under_inference_mode_is_named_item():
     report = run_doctor(path, (), QUICK)
     found = report.finding_at("sync", str(path), line_of(path, "# the evaluation's sync"))
     assert [(f.title, f.per_step) for f in found] == [(".item()", 1.0)]
+
+
+SHORT = DoctorOptions(warmup=1, steps=3, scanned=2, memory=5)
+
+
+def test_a_short_script_is_scanned_before_its_memory_steps_and_the_steps_it_lacked_are_named(capsys):
+    path = EXAMPLES / "short.py"
+    report = run_doctor(path, ["--steps", "10"], SHORT)
+    s = report.steps
+    assert (s.warmup, s.measured, s.before_scan, s.scanned, s.memory, s.total) == (1, 3, 1, 2, 3, 10)
+    (item,) = report.finding_at("sync", str(path), line_of(path, "print(loss.item())"))
+    assert item.per_step == 1.0
+    assert report.memory is not None and report.memory.detail.startswith("over 3 steps after the scanned ones")
+    assert ("the memory steps (the process group's memory): 3 of 5 (steps 8 to 12): the script ran 10 step(s)"
+            in report.not_measured)
+
+
+def test_a_script_that_ends_before_the_scan_says_so_and_never_reads_no_finding(capsys):
+    path = EXAMPLES / "short.py"
+    report = run_doctor(path, ["--steps", "5"], SHORT)
+    assert report.steps.scanned == 0 and report.findings == () and report.ended == "the script ended after 5 steps"
+    assert ("the scanned steps (sync hazards and copies by line, the rules): not run: they needed steps 6 to 7, and "
+            "the script ran 5 step(s)") in report.not_measured
+    assert any(line.startswith("the memory steps") and "not run" in line for line in report.not_measured)
+    console = Console(record=True, width=200)
+    render(report, console)
+    text = console.export_text()
+    assert "no finding, but the scanned steps never ran" in text and "no finding: nothing" not in text

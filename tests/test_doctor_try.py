@@ -10,12 +10,12 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from pitfalls import cli
-from pitfalls.doctor import known_try
+from pitfalls.doctor import try_checks
 from pitfalls.doctor.options import DoctorOptions
 from pitfalls.doctor.report import LoaderFigures
 from pitfalls.doctor.run import run_doctor
-from pitfalls.doctor.trial import Trial, applied, describe, parse_setting
-from pitfalls.doctor.tries import DIGESTS, choose, trial_steps, try_settings
+from pitfalls.doctor.try_child import Trial, applied, describe, parse_setting
+from pitfalls.doctor.try_settings import DIGESTS, choose, trial_steps, try_settings
 
 QUICK = DoctorOptions(warmup=1, steps=2, scanned=1, digests=DIGESTS)
 
@@ -65,7 +65,7 @@ def test_every_trial_times_the_steady_state_of_the_setting_with_the_most_workers
 
 @pytest.fixture(scope="module")
 def report():
-    return run_doctor(known_try.LOADER_SCRIPT, ["--item-ms", "0", "--step-ms", "0"], QUICK)
+    return run_doctor(try_checks.LOADER_SCRIPT, ["--item-ms", "0", "--step-ms", "0"], QUICK)
 
 
 def fake(results: dict[str, dict]):
@@ -114,7 +114,7 @@ def test_a_failed_trial_is_a_row_with_its_reason(report):
 
 def test_try_runs_fresh_processes_and_says_an_augmentation_changes_the_batches(capsys):
     code = cli.main(["doctor", "--warmup", "1", "--steps", "2", "--scanned", "1", "--json", "--try",
-                     "num_workers=2", str(known_try.LOADER_SCRIPT), "--", "--item-ms", "1", "--step-ms", "1",
+                     "num_workers=2", str(try_checks.LOADER_SCRIPT), "--", "--item-ms", "1", "--step-ms", "1",
                      "--augment"])
     assert code == 0
     rows = json.loads(capsys.readouterr().out)["try"]
@@ -126,7 +126,7 @@ def test_try_runs_fresh_processes_and_says_an_augmentation_changes_the_batches(c
 
 def test_a_bad_try_is_one_error_line_and_exit_2(capsys):
     with pytest.raises(SystemExit) as stopped:
-        cli.main(["doctor", "--try", "workers=2", str(known_try.LOADER_SCRIPT)])
+        cli.main(["doctor", "--try", "workers=2", str(try_checks.LOADER_SCRIPT)])
     assert stopped.value.code == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("pitfalls doctor: error: argument --try: 'workers=2' is not a DataLoader setting")

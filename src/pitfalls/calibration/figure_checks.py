@@ -23,7 +23,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from pitfalls import measure
-from pitfalls.families import planted
+from pitfalls.families import calibration
 from pitfalls.known.table import (
     COMPILE_SECONDS,
     CUDA,
@@ -48,7 +48,7 @@ from pitfalls.units import MIB
 
 __all__ = ["compile_seconds", "planted_backend", "planted_compile", "shared_checks"]
 
-FAMILY = planted.FAMILY.name
+FAMILY = calibration.FAMILY.name
 # Long enough that the last scheduling slice a loaded machine adds to a wait is a small part of it.
 SELF_MS = 20
 # What the planted torch.compile backend takes to compile: well above the jitter of dynamo's own tracing of a tiny
@@ -98,8 +98,8 @@ def _busy_times(ms: float) -> Callable[[str], Reading]:
     """Time per call of a T ms busy-wait: the probes' timer around ``measure.step``, against what the waits took."""
 
     def read(_device: str) -> Reading:
-        case = _case(planted.HALF, ms=ms)
-        with planted.recording() as record:
+        case = _case(calibration.HALF, ms=ms)
+        with calibration.recording() as record:
             timing = wall_time(lambda: measure.step(case), warmup=1, min_run_time=max(0.2, 8 * ms / 1e3))
         # The timed calls are the last blocks x calls of the record (the Timer sized its blocks first).
         timed = [seconds for _, seconds in record][-timing.blocks * timing.calls_per_block:]
@@ -153,10 +153,10 @@ def _speedup(slow_ms: int, fast_ms: int, nominal: float, idle_workers: int = 0) 
 
     def read(_device: str) -> Reading:
         with _idle_workers(idle_workers):
-            slow = _case(planted.NAIVE if slow_ms != fast_ms else planted.HALF,
+            slow = _case(calibration.NAIVE if slow_ms != fast_ms else calibration.HALF,
                          ms=slow_ms // 2 if slow_ms != fast_ms else slow_ms)
-            fast = _case(planted.HALF, ms=fast_ms)
-            with planted.recording() as record:
+            fast = _case(calibration.HALF, ms=fast_ms)
+            with calibration.recording() as record:
                 ratio = measure.speedup(slow, fast).ratio
         truth = _paired_truth(record, slow_ms, fast_ms)
         if isinstance(truth, Unavailable):
@@ -175,7 +175,7 @@ def _peak_memory(mib: int) -> Callable[[str], Reading]:
     """Peak memory of one call as asv's ``peakmem`` reads it: the growth of ru_maxrss of a fresh forked process."""
 
     def read(_device: str) -> Reading:
-        case, empty = _case(planted.HALF, mib=mib), _case(planted.HALF, mib=0)
+        case, empty = _case(calibration.HALF, mib=mib), _case(calibration.HALF, mib=0)
         read, write = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: one call, then report its high-water growth and leave without cleanup
@@ -203,7 +203,7 @@ def _peak_memory(mib: int) -> Callable[[str], Reading]:
 
 def _sync_hazards(k: int) -> Callable[[str], Reading]:
     def read(_device: str) -> Reading:
-        return Reading(planted=k, measured=measure.sync_hazards(_case(planted.NAIVE, items=k)),
+        return Reading(planted=k, measured=measure.sync_hazards(_case(calibration.NAIVE, items=k)),
                        detail=f"{k} planted .item()")
 
     return read
@@ -352,7 +352,7 @@ def _cuda_event_time(_device: str) -> Reading:
 
 def _cuda_peak(mib: int) -> Callable[[str], Reading]:
     def read(_device: str) -> Reading:
-        case = _case(planted.HALF, device="cuda", mib=mib)
+        case = _case(calibration.HALF, device="cuda", mib=mib)
         peak = measure.cuda_peak_mib(case)
         torch.cuda.synchronize()
         return Reading(planted=mib, measured=peak - torch.cuda.memory_allocated() / MIB,
@@ -362,7 +362,7 @@ def _cuda_peak(mib: int) -> Callable[[str], Reading]:
 
 
 def _cuda_syncs(_device: str) -> Reading:
-    per_call = measure.cuda_syncs(_case(planted.NAIVE, device="cuda", items=1))
+    per_call = measure.cuda_syncs(_case(calibration.NAIVE, device="cuda", items=1))
     return Reading(planted=1, measured=per_call, detail="one planted .item() per call, sync debug mode")
 
 

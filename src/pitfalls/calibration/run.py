@@ -14,7 +14,7 @@ from rich.table import Table
 
 from pitfalls.calibration.figure_checks import shared_checks
 from pitfalls.calibration.group_memory_checks import group_memory_checks
-from pitfalls.doctor.known import doctor_checks
+from pitfalls.doctor.checks import doctor_checks
 from pitfalls.known.table import CPU, CUDA, Check, Reading, Row, verdict
 from pitfalls.registry import all_families
 from pitfalls.result import Unavailable

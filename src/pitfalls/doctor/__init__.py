@@ -1,10 +1,22 @@
 """`pitfalls doctor SCRIPT`: an unmodified training script, run for a few steps under every instrument in turn,
-and one report of what slows its step, ranked by cost, each finding with its fix."""
+and one report of what slows its step, ranked by cost, each finding with its fix.
+
+The way from an instrument to a line of the report::
+
+    steps.StepCounter ── each step's end ──> phases.Phases (the state machine; phases.schedule: the order)
+        warmup, timed, before_scan, scanned, memory | gpu: each phase enters its instruments, and when it ends they
+        become its record (records.TimedRecord, ScanRecord, MemoryRecord, GpuRecord)
+    run.run_doctor ── the records and the run's watches (loader, compile) ──> records.Seen
+        ──> rules.findings: every rule of the registry (rules/: syncs, copies, model, loader, compiled; plug-ins)
+            turns what was seen into its hits, given its fix and name (rule.Rule) ──> report.rank
+        ──> report.DoctorReport ──> render (text) or as_json (--json); reasons: why a figure was not measured
+"""
 
 from pitfalls.doctor.options import DoctorOptions
-from pitfalls.doctor.proof import gpu_check, rules_check
 from pitfalls.doctor.report import DoctorReport, Finding
+from pitfalls.doctor.rule import Hit, Plant, Rule, ScriptLine
 from pitfalls.doctor.run import run_doctor
 from pitfalls.doctor.script import ScriptError
 
-__all__ = ["DoctorOptions", "DoctorReport", "Finding", "ScriptError", "gpu_check", "rules_check", "run_doctor"]
+__all__ = ["DoctorOptions", "DoctorReport", "Finding", "Hit", "Plant", "Rule", "ScriptError", "ScriptLine",
+           "run_doctor"]

@@ -6,19 +6,18 @@ inside it. Counts per step are exact on a CPU, so a count that grew by any amoun
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 from dataclasses import dataclass
-from functools import lru_cache
 from linecache import getline
 from pathlib import Path
 from typing import Any
 
+from pitfalls.doctor import rules
 from pitfalls.doctor.report import DoctorReport
+from pitfalls.probes.sites import function_at
 
-__all__ = ["FORMAT", "SCRIPT", "BaselineError", "Change", "Comparison", "compare", "entries", "function_at", "load",
-           "save"]
+__all__ = ["FORMAT", "SCRIPT", "BaselineError", "Change", "Comparison", "compare", "entries", "load", "save"]
 
 FORMAT = "pitfalls doctor baseline 1"
 SCRIPT = "<script>"
@@ -100,23 +99,6 @@ class Comparison:
                 **{name: [vars(c) for c in getattr(self, name)] for name in ("added", "grew", "removed", "shrank")}}
 
 
-@lru_cache(maxsize=64)
-def _functions(path: str) -> tuple[tuple[int, int, str], ...]:
-    """(first line, last line, name) of every function in a file, or none when it cannot be read."""
-    try:
-        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, ValueError):
-        return ()
-    return tuple((node.lineno, node.end_lineno or node.lineno, node.name) for node in ast.walk(tree)
-                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
-
-
-def function_at(path: str, line: int) -> str:
-    """The innermost function of ``path`` that holds ``line`` (its code object's name), ``<module>`` outside any."""
-    holding = [(first, name) for first, last, name in _functions(path) if first <= line <= last]
-    return max(holding)[1] if holding else "<module>"
-
-
 def _file(path: str | None, script: str) -> str:
     if path is None:
         return ""
@@ -128,7 +110,8 @@ def _file(path: str | None, script: str) -> str:
 
 
 def entries(report: DoctorReport) -> dict[_Key, tuple[int | None, float | None]]:
-    """What a run found, by key: (a line, the count per step, summed over identical lines; None for a break)."""
+    """What a run found, by key: (a line, the count per step, summed over identical lines; None for a break): the
+    findings of the rules whose counts are exact on a CPU (`rule.Rule.gated`), the copies and the graph breaks."""
     found: dict[_Key, tuple[int | None, float | None]] = {}
 
     def add(kind: str, what: str, path: str | None, function: str, code: str, line: int | None,
@@ -141,16 +124,16 @@ def entries(report: DoctorReport) -> dict[_Key, tuple[int | None, float | None]]
             found[key] = (line, count)
 
     for f in report.findings:
-        if f.kind in ("sync", "rule"):
+        gated = rules.rule(f.rule)
+        if gated is not None and gated.gated:
             function = f.function or (function_at(f.path, f.line) if f.path and f.line else "")
-            add(f.kind, f.rule if f.kind == "rule" else f.title, f.path, function, f.code, f.line, f.per_step or 0.0)
+            add(f.kind, f.title if f.kind == "sync" else f.rule, f.path, function, f.code, f.line, f.per_step or 0.0)
     for c in report.copies:
         what = f"{c.call} {c.direction}, {'pinned' if c.pinned else 'pageable'}, " \
                f"{'blocking' if c.blocking else 'non-blocking'}"
         add("copy", what, c.path, c.function, c.code, c.line, c.per_step)
     for b in report.compile.graph_breaks:
-        path, line = b["path"], b["line"]
-        add("graph break", b["reason"], path, function_at(path, line), getline(path, line).strip(), line, None)
+        add("graph break", b.reason, b.path, function_at(b.path, b.line), getline(b.path, b.line).strip(), b.line, None)
     return found
 
 

@@ -17,8 +17,8 @@ from pitfalls.doctor.render import render, render_gate, render_tried
 from pitfalls.doctor.report import DoctorReport
 from pitfalls.doctor.run import run_doctor
 from pitfalls.doctor.script import ScriptError
-from pitfalls.doctor.trial import parse_setting
-from pitfalls.doctor.tries import AUTO, DIGESTS, Tried, choose, try_settings
+from pitfalls.doctor.try_child import parse_setting
+from pitfalls.doctor.try_settings import AUTO, DIGESTS, Tried, choose, try_settings
 from pitfalls.families.loader.workers import usable_cores
 
 __all__ = ["cmd_doctor", "register"]

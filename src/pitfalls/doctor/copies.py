@@ -4,13 +4,16 @@ A `TorchFunctionMode` on top of the hazard counter's own modes sees each copy at
 (`.to`, `.cuda`, `.cpu`, `.tolist`, `copy_`, `torch.tensor(..., device=...)`) and compares where its source and
 its result live. On a GPU run that is their devices. On a CPU run every tensor is on the CPU, and where the GPU
 program would hold it is the counter's provenance (`pitfalls.probes.hostcopy.Provenance`): host-made tensors
-(a DataLoader's batches among them) are on the host, the rest on the device.
+(a DataLoader's batches among them) are on the host, the rest on the device. `copy_bandwidth` times the device's
+copies, once the script has stopped, to cost the non-blocking ones.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -19,10 +22,15 @@ from torch.utils._pytree import tree_flatten
 from pitfalls.probes.hostcopy import Provenance, to_non_blocking
 from pitfalls.probes.sites import SourceLine, locate_dispatch, source_line
 
-__all__ = ["CopyRecorder", "CopySite", "DEVICE_TO_HOST", "HOST_TO_DEVICE"]
+__all__ = ["DEVICE_TO_HOST", "HOST_TO_DEVICE", "Bandwidth", "CopyRecorder", "CopySite", "Direction", "copy_bandwidth"]
 
-HOST_TO_DEVICE = "host to device"
-DEVICE_TO_HOST = "device to host"
+Direction = Literal["host to device", "device to host"]
+HOST_TO_DEVICE: Direction = "host to device"
+DEVICE_TO_HOST: Direction = "device to host"
+# 64 MiB: large enough that a copy's fixed latency is a few percent of it.
+BANDWIDTH_BYTES = 64 << 20
+# Timed copies of each kind, after one untimed.
+REPEATS = 3
 
 _MOVES = {torch.Tensor.to: "Tensor.to", torch.Tensor.cuda: "Tensor.cuda", torch.Tensor.cpu: "Tensor.cpu"}
 _FROM_DATA = {torch.tensor: "torch.tensor", torch.as_tensor: "torch.as_tensor", torch.asarray: "torch.asarray"}
@@ -46,7 +54,7 @@ class CopySite:
 
     line: SourceLine | None
     call: str
-    direction: str
+    direction: Direction
     pinned: bool
     blocking: bool
     count: int
@@ -72,8 +80,8 @@ class CopyRecorder(TorchFunctionMode):
         super().__init__()
         self._provenance = provenance
         self._real = real_devices
-        self._seen: Counter[tuple[tuple[str, int, str] | None, str, str, bool, bool, str]] = Counter()
-        self._bytes: Counter[tuple[tuple[str, int, str] | None, str, str, bool, bool, str]] = Counter()
+        self._seen: Counter[tuple[tuple[str, int, str] | None, str, Direction, bool, bool, str]] = Counter()
+        self._bytes: Counter[tuple[tuple[str, int, str] | None, str, Direction, bool, bool, str]] = Counter()
 
     def _on_host(self, tensor: torch.Tensor) -> bool:
         if tensor.device.type != "cpu":
@@ -114,7 +122,46 @@ class CopyRecorder(TorchFunctionMode):
     def sites(self) -> tuple[CopySite, ...]:
         """The copies by line and kind, the most bytes first."""
         found = [
-            CopySite(source_line(where[0]), *where[1:5], count, self._bytes[where], where[5])
-            for where, count in self._seen.items()
+            CopySite(source_line(line), call, direction, pinned, blocking, count, self._bytes[where], made_by)
+            for where, count in self._seen.items() for line, call, direction, pinned, blocking, made_by in [where]
         ]
         return tuple(sorted(found, key=lambda site: (-site.bytes, site.call)))
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    """Copy bandwidth measured on the device, bytes per second, by (direction, pinned)."""
+
+    device: str
+    rates: tuple[tuple[Direction, bool, float], ...]
+
+    def rate(self, direction: Direction, pinned: bool) -> float:
+        """Bytes per second of one kind of copy."""
+        return next(rate for d, p, rate in self.rates if d == direction and p == pinned)
+
+
+def copy_bandwidth(device: torch.device) -> Bandwidth:
+    """Time copies of `BANDWIDTH_BYTES` both ways, pinned and pageable, with CUDA events (the median of `REPEATS`).
+
+    Args:
+        device: a CUDA device the script has initialized.
+
+    Returns:
+        The `Bandwidth`.
+    """
+    on_device = torch.empty(BANDWIDTH_BYTES, dtype=torch.uint8, device=device)
+    rates = []
+    for pinned in (False, True):
+        host = torch.empty(BANDWIDTH_BYTES, dtype=torch.uint8, pin_memory=pinned)
+        for direction, copy in ((HOST_TO_DEVICE, lambda h=host: on_device.copy_(h, non_blocking=True)),
+                                (DEVICE_TO_HOST, lambda h=host: h.copy_(on_device, non_blocking=True))):
+            times = []
+            for _ in range(REPEATS + 1):
+                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                begin.record()
+                copy()
+                end.record()
+                end.synchronize()
+                times.append(begin.elapsed_time(end) / 1e3)
+            rates.append((direction, pinned, BANDWIDTH_BYTES / statistics.median(times[1:])))
+    return Bandwidth(str(device), tuple(rates))

@@ -90,8 +90,9 @@ class LoaderWatch:
 
         def __next__(iterator: _BaseDataLoaderIter) -> Any:  # noqa: N807
             watch._counter.batch_asked()
-            if watch.line is None:  # the script's line that asks for the batches
-                watch.line = source_line(locate_dispatch()[0])
+            line = source_line(locate_dispatch()[0])  # the script's line that asks for the batch
+            if watch.line is None:
+                watch.line = line
             began = time.perf_counter()
             with no_modes() if watch._phases.instruments_on() else contextlib.nullcontext():
                 batch = original_next(iterator)
@@ -100,7 +101,7 @@ class LoaderWatch:
             if start is not None and start.first_batch_s is None and start.iterator == id(iterator):
                 start.first_batch_s = time.perf_counter() - start.began
             watch._counter.batch_delivered()
-            watch._phases.batch_arrived(waited, _workers(iterator), batch, iterator in watch._pinning)
+            watch._phases.batch_arrived(waited, _workers(iterator), batch, iterator in watch._pinning, line)
             return batch
 
         DataLoader.__iter__ = __iter__  # type: ignore[method-assign]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_BUDGET_S", "DEFAULT_SCANNED", "DEFAULT_STEPS", "DEFAULT_WARMUP", "DoctorOptions"]
+__all__ = ["BEFORE_SCAN_STEPS", "DEFAULT_BUDGET_S", "DEFAULT_SCANNED", "DEFAULT_STEPS", "DEFAULT_WARMUP",
+           "DoctorOptions"]
 
 DEFAULT_WARMUP = 3
 DEFAULT_STEPS = 10
@@ -15,7 +16,7 @@ DEFAULT_MEMORY = 5
 DEFAULT_BUDGET_S = 300.0
 # The step before the scan runs under the provenance record: what the first scanned step reads and its previous
 # step made (a batch fetched ahead, before the step's end) is then known for what it is.
-BRIDGE_STEPS = 1
+BEFORE_SCAN_STEPS = 1
 
 
 @dataclass(frozen=True)
@@ -29,11 +30,11 @@ class DoctorOptions:
         scanned: steps under the hazard counter and the copy recorder (>= 1); on a GPU as many again under the
             sync debug mode.
         budget_s: wall seconds after which the script is stopped wherever it is (> 0).
-        memory: steps after the timed ones whose process-group memory is sampled (>= 1; none where the script uses
-            CUDA: the allocator's peaks come with the timed steps).
+        memory: steps after the scanned ones whose process-group memory is sampled (>= 1; none where the script
+            uses CUDA: the allocator's peaks come with the timed steps).
         trial: a trial of `--try`: the timed steps' times and waits alone (no memory sampled), and the run stopped
             after them.
-        digests: the first batches whose digests are kept (`digest.batch_digest`), to compare runs' batches.
+        digests: the first batches whose digests are kept (`phases.batch_digest`), to compare runs' batches.
     """
 
     warmup: int = DEFAULT_WARMUP
@@ -54,11 +55,6 @@ class DoctorOptions:
             raise ValueError(f"budget_s={budget!r} is not allowed; it must be a number of seconds > 0")
 
     @property
-    def bridge(self) -> int:
-        """Steps between the timed and the scanned ones, under the provenance record: one."""
-        return BRIDGE_STEPS
-
-    @property
     def cpu_steps(self) -> int:
-        """The steps a run takes without a GPU: warm-up, timed, memory, the one before the scan, and scanned."""
-        return self.warmup + self.steps + self.memory + self.bridge + self.scanned
+        """The steps a run takes without a GPU: warm-up, timed, the one before the scan, scanned, and memory."""
+        return self.warmup + self.steps + BEFORE_SCAN_STEPS + self.scanned + self.memory

@@ -1,9 +1,10 @@
-"""The phases of a run, each with its own instruments, so that none disturbs another's figure (docs/doctor.md, "What
-it runs", says what each reads and why): warm-up, its first step eager under the provenance record (`keep_provenance`:
-an optimizer's host-side step count is made there); timed; memory (`pitfalls.probes.group_memory`, only where the
-script did not initialize CUDA); the step before the scan, under the record again; scanned (`HazardLocator` fed the
-provenance kept so far, the copy recorder, `rules.RuleWatch`); and GPU (`gpu.RealSyncs`, only where the script
-initialized CUDA).
+"""The phases of a run: a state machine moved at each step's end, each phase with its own instruments, so that none
+disturbs another's figure (docs/doctor.md, "What it runs", says what each reads and why).
+
+`schedule` is the one place their order and lengths are decided. A phase is entered when the previous one has run its
+steps (`Phases.step_ended`), and when it is left its instruments' results become its typed record (`records`); the run
+is stopped (`StopRun`) after the last. The scan comes before the memory steps, so that a short script gets its syncs
+and rules first, and a phase the script cuts short keeps the record of the steps it ran (`Phases.finish`).
 
 Whatever the phase, the loader's own work runs with no instrument on and its batches are recorded as host-made
 tensors; an optimizer's step that may make new state runs under the provenance record.
@@ -15,29 +16,38 @@ import contextlib
 import hashlib
 import os
 import time
-from dataclasses import dataclass, field
+from collections import Counter
 from typing import Any, NoReturn
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from pitfalls.doctor.copies import CopyRecorder, CopySite
-from pitfalls.doctor.gpu import RealSyncs
-from pitfalls.doctor.options import DoctorOptions
-from pitfalls.doctor.rules import Definitions, RuleWatch
-from pitfalls.probes.group_memory import GroupMemory, GroupMemorySampler
+from pitfalls.doctor import rules
+from pitfalls.doctor.copies import CopyRecorder
+from pitfalls.doctor.definitions import Definitions
+from pitfalls.doctor.options import BEFORE_SCAN_STEPS, DoctorOptions
+from pitfalls.doctor.real_syncs import RealSyncs
+from pitfalls.doctor.records import GpuRecord, MemoryRecord, Phase, ScanContext, ScanRecord, TimedRecord
+from pitfalls.probes.anatomy import Anatomy, anatomy
+from pitfalls.probes.group_memory import GroupMemorySampler
 from pitfalls.probes.hostcopy import Provenance, keep_provenance
-from pitfalls.probes.sites import HazardLocator, LocatedHazards
-from pitfalls.result import Unavailable
+from pitfalls.probes.sites import HazardLocator, SourceLine
 
-__all__ = ["Phases", "StopRun", "Timed"]
+__all__ = ["Phases", "StopRun", "batch_digest", "schedule"]
 
-SETUP, WARMUP, TIMED, MEMORY, BRIDGE = "setup", "warm-up", "timed", "memory", "before the scan"
-SCANNED, GPU, DONE = "scanned", "gpu", "done"
 # Reading every process's memory map costs the step time it shares the cores with: 50 ms, as scan-loader samples.
 MEMORY_INTERVAL_S = 0.05
-# Batches kept (copied) from the scanned steps for the batch's anatomy.
+# Batches kept (copied) from the scanned steps, a loader's line, for the batch's anatomy.
 ANATOMY_BATCHES = 3
+# What each phase measures, to name a phase that did not run in full.
+_MEASURES: dict[Phase, str] = {
+    "warmup": "the warm-up steps",
+    "timed": "the timed steps (step time, the loader's wait)",
+    "before_scan": "the step before the scan",
+    "scanned": "the scanned steps (sync hazards and copies by line, the rules)",
+    "memory": "the memory steps (the process group's memory)",
+    "gpu": "the GPU steps (real syncs by line, their stalls)",
+}
 
 
 class StopRun(BaseException):
@@ -48,31 +58,24 @@ class StopRun(BaseException):
         self.reason = reason
 
 
-@dataclass
-class Timed:
-    """What the timed steps measured (filled as they run).
+def schedule(options: DoctorOptions, on_cuda: bool) -> tuple[tuple[Phase, int], ...]:
+    """The phases a run takes, in order, and the steps of each.
 
-    Attributes:
-        step_s: each step's wall seconds.
-        wait_s: each step's seconds waiting in a DataLoader's ``next()``.
-        batches: each step's batches.
-        workers: the most workers of a loader that delivered a batch.
-        began: wall time (`time.time()`) the phase began; None if it never did.
-        ended: wall time it ended.
-        cuda_peaks: the CUDA allocator's peak of each step, bytes (a run on CUDA).
+    Args:
+        options: the steps asked for.
+        on_cuda: the script initialized CUDA: the GPU steps end the run (under CUDA's sync debug mode), else the
+            memory steps (the allocator's peaks come with the timed steps on CUDA).
+
+    Returns:
+        (phase, steps) pairs; a `--try` trial stops after its timed steps.
     """
-
-    step_s: list[float] = field(default_factory=list)
-    wait_s: list[float] = field(default_factory=list)
-    batches: list[int] = field(default_factory=list)
-    workers: int = 0
-    began: float | None = None
-    ended: float | None = None
-    cuda_peaks: list[int] = field(default_factory=list)
-
-    def during(self, when: float) -> bool:
-        """Whether a wall time (`time.time()`) falls within the timed steps."""
-        return self.began is not None and self.ended is not None and self.began <= when <= self.ended
+    o = options
+    if o.trial:
+        return ("warmup", o.warmup), ("timed", o.steps)
+    last: tuple[Phase, int] = ("gpu", o.scanned) if on_cuda else ("memory", o.memory)
+    taken: tuple[tuple[Phase, int], ...] = (
+        ("warmup", o.warmup), ("timed", o.steps), ("before_scan", BEFORE_SCAN_STEPS), ("scanned", o.scanned), last)
+    return tuple((phase, steps) for phase, steps in taken if steps)
 
 
 def _cuda() -> bool:
@@ -107,68 +110,73 @@ def _makes_state(optimizer: torch.optim.Optimizer, stepped_before: bool, had_sta
     return any(p.grad is not None and p not in state for group in optimizer.param_groups for p in group["params"])
 
 
+def _anatomy(batches: list[Any]) -> Anatomy | None:
+    try:
+        return anatomy(batches)
+    except (ValueError, TypeError):  # a batch with no tensor, or tensors of no fixed structure
+        return None
+
+
 class Phases:
-    """Move a run through its phases at each step's end, entering and leaving each phase's instruments; ``options``:
-    the steps of each phase. `definitions` records where the script made its optimizers and convolutions."""
+    """Move a run through its phases at each step's end (see the module docstring); ``options``: the steps of each
+    phase. Each phase's record is in the attribute of its name once it has ended (`timed`, `scan`, `memory`, `gpu`);
+    `ran` holds the steps each phase ran; `definitions` records where the script made its optimizers and
+    convolutions, for the whole run."""
 
     def __init__(self, options: DoctorOptions) -> None:
         self.options = options
         self.definitions = Definitions()
-        self.phase = SETUP
         self.provenance = Provenance()
-        self.timed = Timed()
-        self.group_memory: GroupMemory | Unavailable | None = None
-        self.memory_steps = 0
-        self.located: LocatedHazards | None = None
-        self.scanned_steps = 0
-        self.copies: tuple[CopySite, ...] = ()
-        self.rules: RuleWatch | None = None
-        self.real: RealSyncs | None = None
-        self.gpu_steps = 0
+        self.schedule = schedule(options, on_cuda=False)
+        self.phase: Phase | None = None
+        self.ran: dict[Phase, int] = {}
+        self.timed: TimedRecord | None = None
+        self.scan: ScanRecord | None = None
+        self.memory: MemoryRecord | None = None
+        self.gpu: GpuRecord | None = None
         self.on_cuda = False
-        self.anatomy_batches: list[Any] = []
         self.digests: list[str] = []
         self.first_step_s: float | None = None
         self.began = time.perf_counter()
+        self._index = -1
+        self._from = 0  # the steps done when the current phase began
         self._stack: contextlib.ExitStack | None = None
-        self._instruments: dict[str, Any] = {}
+        self._instruments: dict[Any, Any] = {}
         self._state_record: contextlib.ExitStack | None = None
         self._optimizers: dict[int, bool] = {}  # id of an optimizer that stepped -> whether it keeps state
         self._last = 0.0
         self._wait = 0.0
         self._batches = 0
-        o = options
-        self._timed_from, self._memory_from = o.warmup, o.warmup + o.steps
-        self._from_bridge(self._memory_from + o.memory)
-
-    def _from_bridge(self, bridge: int) -> None:
-        """Where the phases after the timed ones start: the memory phase's length is known at the timed end."""
-        o = self.options
-        self._bridge_from = bridge
-        self._scan_from = self._bridge_from + o.bridge
-        self._scan_to = self._scan_from + o.scanned
-        self._gpu_to = self._scan_to + o.scanned
+        # What the current phase gathers step by step.
+        self._steps: list[tuple[float, float, int, int]] = []  # timed: (seconds, wait, batches, CUDA peak)
+        self._workers = 0
+        self._began_wall = 0.0
+        self._kept: dict[SourceLine | None, list[Any]] = {}  # scanned: batches copied for their anatomy, by line
+        self._delivered: Counter[SourceLine | None] = Counter()
 
     # -- what the loader watch asks -----------------------------------------------------------------------------
 
     def instruments_on(self) -> bool:
         """Whether an instrument that watches torch calls (a torch function or dispatch mode) is on now."""
-        return any(name != "memory" for name in self._instruments)  # every instrument but the memory sampler
+        return bool(self._instruments) and self.phase != "memory"  # every instrument but the memory sampler
 
-    def batch_arrived(self, seconds: float, workers: int, batch: Any, pinned: bool = False) -> None:
-        """A batch came out of a DataLoader after ``seconds`` in ``next()``; ``pinned``: its loader asked for pinned
-        memory."""
-        if self.phase == TIMED:
+    def batch_arrived(self, seconds: float, workers: int, batch: Any, pinned: bool, line: SourceLine | None) -> None:
+        """A batch came out of a DataLoader after ``seconds`` in ``next()``, asked for at ``line``; ``pinned``: its
+        loader asked for pinned memory."""
+        if self.phase == "timed":
             self._wait += seconds
             self._batches += 1
-            self.timed.workers = max(self.timed.workers, workers)
+            self._workers = max(self._workers, workers)
         self.provenance.add(batch)  # made by the loader on the host, as on a GPU, whatever the phase
         if pinned:
             self.provenance.pin(batch)
         if len(self.digests) < self.options.digests:
             self.digests.append(batch_digest(batch))
-        if self.phase == SCANNED and len(self.anatomy_batches) < ANATOMY_BATCHES:
-            self.anatomy_batches.append(_copy(batch))
+        if self.phase == "scanned":
+            self._delivered[line] += 1
+            kept = self._kept.setdefault(line, [])
+            if len(kept) < ANATOMY_BATCHES:
+                kept.append(_copy(batch))
 
     def optimizer_stepping(self, optimizer: torch.optim.Optimizer) -> None:
         """An optimizer's step begins: record what it makes on the host where it may make new state."""
@@ -190,102 +198,113 @@ class Phases:
         if record is not None:
             record.close()
 
-    # -- the phases -----------------------------------------------------------------------------------------------
-
-    def _enter(self, **instruments: Any) -> None:
-        with contextlib.ExitStack() as stack:
-            self._instruments = {name: stack.enter_context(cm) for name, cm in instruments.items()}
-            self._stack = stack.pop_all()
-
-    def _leave(self) -> dict[str, Any]:
-        stack, instruments = self._stack, self._instruments
-        self._stack, self._instruments = None, {}
-        if stack is not None:
-            stack.close()
-        return instruments
+    # -- the state machine ----------------------------------------------------------------------------------------
 
     def first_step_started(self) -> None:
-        """The script's first step starts: it runs eagerly while its host-made tensors are recorded."""
-        self.phase = WARMUP
-        self._enter(keep=keep_provenance(self.provenance))
-
-    def _stop(self, steps: int) -> None:
-        """Leave the phase's instruments, keeping what they measured; ``steps``: the steps done so far."""
-        instruments = self._leave()
-        if self.phase == TIMED:
-            self.timed.ended = time.time()
-        elif self.phase == MEMORY and isinstance(instruments.get("memory"), GroupMemorySampler):
-            self.group_memory = instruments["memory"].result
-            self.memory_steps = steps - self._memory_from
-        elif self.phase == SCANNED:
-            self.scanned_steps = steps - self._scan_from
-            self.located = instruments["locator"].result
-            self.copies = instruments["copies"].sites
-            self.rules = instruments["rules"]
-        elif self.phase == GPU:
-            self.real = instruments["real"]
-            self.gpu_steps = steps - self._scan_to
-
-    def _done(self, steps: int) -> NoReturn:
-        self.phase = DONE
-        raise StopRun(f"its {steps} steps are done")
+        """The script's first step starts: the warm-up, its first step run eagerly under the provenance record."""
+        self._next(0)
 
     def step_ended(self, steps: int) -> None:
         """``steps`` steps are done: record, move on, or stop the run with `StopRun`."""
-        if self.phase == TIMED and self.on_cuda:
+        if self.phase == "timed" and self.on_cuda:
             torch.cuda.synchronize()  # the step's device work is part of its time
         now = time.perf_counter()
         if steps == 1:
             self.first_step_s = now - self.began
             self._leave()  # the first step's provenance is kept; the warm-up goes on without instruments
-        if self.phase == TIMED:
-            self.timed.step_s.append(now - self._last)
-            self.timed.wait_s.append(self._wait)
-            self.timed.batches.append(self._batches)
+        if self.phase == "timed":
+            peak = 0
             if self.on_cuda:
-                self.timed.cuda_peaks.append(int(torch.cuda.max_memory_allocated()))
+                peak = int(torch.cuda.max_memory_allocated())
                 torch.cuda.reset_peak_memory_stats()
-        if steps == self._timed_from:
-            self.phase = TIMED
-            self.on_cuda = _cuda()
-            self.timed.began = time.time()
-            if self.on_cuda:
-                torch.cuda.reset_peak_memory_stats()
+            self._steps.append((now - self._last, self._wait, self._batches, peak))
         self._wait, self._batches = 0.0, 0
-        if steps == self._memory_from:
-            self._stop(steps)
-            if self.options.trial:
-                self._done(steps)
-            if self.on_cuda:  # the allocator's peaks came with the timed steps
-                self._from_bridge(steps)
-            else:
-                self.phase = MEMORY
-                self._enter(memory=GroupMemorySampler(os.getpid(), interval_s=MEMORY_INTERVAL_S))
-        if steps == self._bridge_from:
-            if self.phase == MEMORY:
-                self._stop(steps)
-            self.phase = BRIDGE
-            self._enter(keep=keep_provenance(self.provenance))
-        if steps == self._scan_from:
-            self._leave()
-            self.phase = SCANNED
-            self.on_cuda = _cuda()
-            self._enter(locator=HazardLocator(provenance=self.provenance),
-                        copies=CopyRecorder(self.provenance, real_devices=self.on_cuda),
-                        rules=RuleWatch(self.definitions, self.provenance))
-        if steps == self._scan_to:
-            self._stop(steps)
-            if not _cuda():
-                self._done(steps)
-            self.phase = GPU
-            self._enter(real=RealSyncs(time.perf_counter))
-        if steps == self._gpu_to:
-            self._stop(steps)
-            self._done(steps)
+        if steps - self._from == self.schedule[self._index][1]:
+            self._end(steps)
+            self._next(steps)
         self._last = time.perf_counter()
 
     def finish(self, steps: int) -> None:
-        """Leave whatever phase a stopped or failed run was in, keeping what it measured over its whole steps."""
+        """Leave whatever phase a stopped or failed run was in, keeping what it measured over the steps it ran."""
         self._leave_state_record()  # an optimizer's step that raised
-        self._stop(steps)
-        self.phase = DONE
+        if self.phase is not None:
+            self._end(steps)
+
+    def _next(self, steps: int) -> None:
+        """Enter the next phase of the schedule, or stop the run after the last."""
+        self.schedule = schedule(self.options, self.on_cuda or _cuda())
+        self._index += 1
+        if self._index == len(self.schedule):
+            self.phase = None
+            self._done(steps)
+        self.phase, self._from = self.schedule[self._index][0], steps
+        if self.phase == "warmup":
+            self._enter({"keep": keep_provenance(self.provenance)})
+        elif self.phase == "timed":
+            self.on_cuda = _cuda()
+            self._began_wall = time.time()
+            if self.on_cuda:
+                torch.cuda.reset_peak_memory_stats()
+        elif self.phase == "before_scan":
+            self._enter({"keep": keep_provenance(self.provenance)})
+        elif self.phase == "scanned":
+            self.on_cuda = _cuda()
+            context = ScanContext(self.provenance, self.definitions, real_devices=self.on_cuda)
+            # The copy recorder sits on top of the hazard counter's modes; the rules' instruments on top of both.
+            self._enter({HazardLocator: HazardLocator(provenance=self.provenance),
+                         CopyRecorder: CopyRecorder(self.provenance, real_devices=self.on_cuda),
+                         **{make: make(context) for make in rules.instruments()}})
+        elif self.phase == "memory":
+            self._enter({GroupMemorySampler: GroupMemorySampler(os.getpid(), interval_s=MEMORY_INTERVAL_S)})
+        else:
+            self._enter({RealSyncs: RealSyncs(time.perf_counter)})
+
+    def _end(self, steps: int) -> None:
+        """Leave the current phase's instruments and keep what they measured as its record."""
+        instruments, phase, done = self._leave(), self.phase, steps - self._from
+        assert phase is not None
+        self.ran[phase] = done
+        if phase == "timed" and self._steps:
+            step_s, wait_s, batches, peaks = (tuple(column) for column in zip(*self._steps, strict=True))
+            self.timed = TimedRecord(step_s, wait_s, batches, self._workers, self._began_wall, time.time(),
+                                     peaks if self.on_cuda else ())
+        elif phase == "scanned" and done:
+            self.scan = ScanRecord(
+                done, instruments.pop(HazardLocator).result, instruments.pop(CopyRecorder).sites,
+                {line: shape for line, kept in self._kept.items() if (shape := _anatomy(kept)) is not None},
+                dict(self._delivered), instruments)
+            self._kept.clear()  # the copies of the batches would weigh in the memory steps that follow
+        elif phase == "memory" and done:
+            self.memory = MemoryRecord(done, instruments[GroupMemorySampler].result)
+        elif phase == "gpu" and done:
+            self.gpu = GpuRecord(done, instruments[RealSyncs].per_line(done))
+        self.phase = None
+
+    def _done(self, steps: int) -> NoReturn:
+        raise StopRun(f"its {steps} steps are done")
+
+    def short(self, steps: int) -> tuple[str, ...]:
+        """A sentence for each phase of the schedule that did not run all its steps, with the steps it needed and
+        the steps the script ran (``steps``)."""
+        found, first = [], 1
+        for phase, wanted in self.schedule:
+            ran = self.ran.get(phase, 0)
+            span = f"steps {first} to {first + wanted - 1}" if wanted > 1 else f"step {first}"
+            if ran == 0:
+                found.append(f"{_MEASURES[phase]}: not run: they needed {span}, and the script ran {steps} step(s)")
+            elif ran < wanted:
+                found.append(f"{_MEASURES[phase]}: {ran} of {wanted} ({span}): the script ran {steps} step(s)")
+            first += wanted
+        return tuple(found)
+
+    def _enter(self, instruments: dict[Any, Any]) -> None:
+        with contextlib.ExitStack() as stack:
+            self._instruments = {key: stack.enter_context(cm) for key, cm in instruments.items()}
+            self._stack = stack.pop_all()
+
+    def _leave(self) -> dict[Any, Any]:
+        stack, instruments = self._stack, self._instruments
+        self._stack, self._instruments = None, {}
+        if stack is not None:
+            stack.close()
+        return instruments

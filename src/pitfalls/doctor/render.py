@@ -10,7 +10,7 @@ from rich.text import Text
 
 from pitfalls.doctor.baseline import Comparison
 from pitfalls.doctor.report import DoctorReport, Finding
-from pitfalls.doctor.tries import Tried
+from pitfalls.doctor.try_settings import Tried
 from pitfalls.units import human_bytes
 
 __all__ = ["render", "render_gate", "render_tried"]
@@ -38,14 +38,15 @@ def _steps(report: DoctorReport) -> str:
           "stepped)"}.get(s.counted_by or "", "nothing: no step began")
     gpu = f", {s.gpu} under the sync debug mode" if s.gpu else ""
     memory = f", {s.memory} for memory" if s.memory else ""
-    return (f"{s.total} steps ({s.warmup} warm-up, {s.measured} timed{memory}, {s.before_scan} before the scan, "
-            f"{s.scanned} scanned{gpu}), counted by {by}; "
-            f"{report.ended}")
+    return (f"{s.total} steps ({s.warmup} warm-up, {s.measured} timed, {s.before_scan} before the scan, "
+            f"{s.scanned} scanned{memory}{gpu}), counted by {by}; {report.ended}")
 
 
 def _findings(report: DoctorReport, console: Console, bases: tuple[Path, ...]) -> None:
     if not report.findings:
-        console.print(Text("no finding: nothing in the measured steps costs the step what the doctor can see"))
+        console.print(Text("no finding: nothing in the measured steps costs the step what the doctor can see"
+                           if report.steps.scanned else "no finding, but the scanned steps never ran: see what was "
+                           "not measured"))
         return
     table = Table(title=Text("findings, the costliest first (measured costs, then the rest by count per step)"))
     for column, options in (("#", {"justify": "right"}), ("kind", {}), ("where", {"no_wrap": True}),
@@ -71,9 +72,9 @@ def _details(report: DoctorReport, console: Console, bases: tuple[Path, ...]) ->
                            f"({loader.wait_share:.0%} of the step), {loader.batches_per_step:g} batch(es) a step, "
                            f"{loader.workers} workers{batch}"))
     c = report.compile
-    breaks = "; ".join(f"{b['reason']} at {_where(b['path'], b['line'], bases)}" for b in c.graph_breaks) or "none"
+    breaks = "; ".join(f"{b.reason} at {_where(b.path, b.line, bases)}" for b in c.graph_breaks) or "none"
     recompiles = "; ".join(
-        f"{r['function']}: {r['reason']}" + (" (during the timed steps)" if r["during_timed_steps"] else "")
+        f"{r.function}: {r.reason}" + (" (during the timed steps)" if r.during_timed_steps else "")
         for r in c.recompiles) or "none"
     seconds = "n/a" if c.compile_s is None else f"{c.compile_s:.2f} s"
     console.print(Text(f"torch.compile: {len(c.graph_breaks)} graph break(s): {breaks}; {len(c.recompiles)} "

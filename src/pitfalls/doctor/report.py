@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
+from pitfalls.doctor.copies import Direction
+from pitfalls.doctor.reasons import NO_GPU
+from pitfalls.families.loader.verdict import Bound
+from pitfalls.probes.compiled import GraphBreakSite
 from pitfalls.probes.sites import SourceLine
 
 __all__ = [
-    "CompileFigures", "CopyRow", "DoctorReport", "Failure", "Finding", "LoaderFigures", "MemoryFigures",
-    "CPU_SCRIPT", "NO_GPU", "OneOff", "RealSyncRow", "StepsDone", "line_fields",
+    "CompileSummary", "CopyRow", "CountedBy", "DoctorReport", "Failure", "Finding", "FindingKind", "LoaderFigures",
+    "MemoryFigures", "OneOff", "RealSyncRow", "RecompileRow", "StepsDone", "line_fields", "rank",
 ]
 
-NO_GPU = "no GPU"
-# Where a GPU is present but the script never initialized CUDA, its figures are not measured for that reason.
-CPU_SCRIPT = "the script used no GPU"
+# What a finding is a cost of.
+FindingKind = Literal["loader", "sync", "copy", "compile", "memory", "rule"]
+# What ended a step: the first optimizer's step, or (a script with no optimizer) the next DataLoader batch asked for.
+CountedBy = Literal["optimizer", "loader"]
 
 
 def line_fields(line: SourceLine | None) -> dict[str, Any]:
@@ -30,7 +37,7 @@ class Finding:
 
     Attributes:
         rank: its place in the report (1: the costliest).
-        kind: "loader", "sync", "copy", "compile", "memory" or "rule".
+        kind: what it is a cost of.
         title: what it is, in a few words.
         path: the script's file where it is (None when no line can be named).
         line: the line.
@@ -41,13 +48,13 @@ class Finding:
         ms_per_step: its estimated cost per step, or None when it could not be measured (``cost`` says why).
         share_of_step: ``ms_per_step`` over the mean step time (the loader's is its wait share).
         cost: how the cost was measured, or why it was not.
-        fix: the change that removes it.
-        rule: for a finding of kind "rule", the rule's name (`pitfalls.doctor.rules.RULES`); else "".
+        fix: the change that removes it: its rule's fix, word for word.
+        rule: the rule that found it (`pitfalls.doctor.rules`).
         function: the function the line is in ("" when not known).
     """
 
     rank: int = 0
-    kind: str
+    kind: FindingKind
     title: str
     path: str | None = None
     line: int | None = None
@@ -58,13 +65,41 @@ class Finding:
     share_of_step: float | None = None
     cost: str
     fix: str
-    rule: str = ""
+    rule: str
     function: str = ""
 
     def as_json(self) -> dict[str, Any]:
         """The finding as the JSON report's ``findings`` entry."""
         return {**asdict(self), "call_sites": [{"path": path, "line": line} for path, line in self.call_sites],
-                "rule": self.rule or None, "function": self.function or None}
+                "function": self.function or None}
+
+
+def _order(finding: Finding) -> tuple[int, float, str, int]:
+    if finding.ms_per_step is not None:
+        return 0, -finding.ms_per_step, finding.path or "", finding.line or 0
+    per_step = finding.per_step if finding.per_step is not None else -1.0
+    return 1, -per_step, finding.path or "", finding.line or 0
+
+
+def rank(findings: Iterable[Finding], step_ms: float | None) -> tuple[Finding, ...]:
+    """Order findings by cost and number them, each with its share of the step: those measured first, the costliest
+    first; the rest by how often per step.
+
+    Args:
+        findings: the findings, in any order (the order of their rules breaks ties).
+        step_ms: the mean step time (None when no step was timed: no share is given); the mean, so that the
+            loader's share is its wait share, the wait over the time of the timed steps.
+
+    Returns:
+        The findings, ranked from 1.
+    """
+    return tuple(
+        dataclasses.replace(
+            finding, rank=position,
+            share_of_step=finding.ms_per_step / step_ms if finding.ms_per_step is not None and step_ms else None,
+        )
+        for position, finding in enumerate(sorted(findings, key=_order), start=1)
+    )
 
 
 @dataclass(frozen=True)
@@ -79,7 +114,7 @@ class StepsDone:
             run stopped before).
         scanned: steps under the hazard counter.
         gpu: steps under the sync debug mode (0 without a GPU).
-        counted_by: "optimizer" (the first optimizer's steps), "loader" (batches: no optimizer), or None (no step).
+        counted_by: what ended a step, or None (no step).
         total: every step the script finished.
     """
 
@@ -89,7 +124,7 @@ class StepsDone:
     before_scan: int
     scanned: int
     gpu: int
-    counted_by: str | None
+    counted_by: CountedBy | None
     total: int
 
 
@@ -115,7 +150,7 @@ class LoaderFigures:
     Attributes:
         wait_share: the share of the step spent waiting in ``next()``.
         ms_per_step: the wait per step.
-        verdict: "loader-bound" or "step-bound" (the loader family's threshold).
+        verdict: the loader family's verdict at its threshold.
         batch_bytes: bytes of one batch (None when no batch was kept for its anatomy).
         batches_per_step: batches per step.
         workers: the loader's workers.
@@ -124,7 +159,7 @@ class LoaderFigures:
 
     wait_share: float
     ms_per_step: float
-    verdict: str
+    verdict: Bound
     batch_bytes: int | None
     batches_per_step: float
     workers: int
@@ -132,20 +167,37 @@ class LoaderFigures:
 
 
 @dataclass(frozen=True)
-class CompileFigures:
+class RecompileRow:
+    """A frame compiled again: the function, its file, the guard that failed, and whether the timed steps met it."""
+
+    function: str
+    path: str
+    reason: str
+    during_timed_steps: bool
+
+
+@dataclass(frozen=True)
+class CompileSummary:
     """torch.compile over the run.
 
     Attributes:
-        graph_breaks: each distinct break: reason, path, line, explanation, hint.
-        recompiles: each frame compiled again: function, reason, and whether it happened during the timed steps.
+        graph_breaks: each distinct break.
+        recompiles: each frame compiled again.
         compile_s: seconds spent compiling (a one-off cost), or None when torch keeps no record.
         unavailable: why graph breaks or recompiles could not be read ("" when they could).
     """
 
-    graph_breaks: tuple[dict[str, Any], ...]
-    recompiles: tuple[dict[str, Any], ...]
+    graph_breaks: tuple[GraphBreakSite, ...]
+    recompiles: tuple[RecompileRow, ...]
     compile_s: float | None
     unavailable: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        """The summary as the JSON report's ``compile`` entry."""
+        return {"graph_breaks": [{"reason": b.reason, "path": b.path, "line": b.line, "explanation": b.explanation,
+                                  "hint": b.hint} for b in self.graph_breaks],
+                "recompiles": [asdict(r) for r in self.recompiles], "compile_s": self.compile_s,
+                "unavailable": self.unavailable or None}
 
 
 @dataclass(frozen=True)
@@ -172,7 +224,7 @@ class CopyRow:
     path: str | None
     line: int | None
     call: str
-    direction: str
+    direction: Direction
     pinned: bool
     blocking: bool
     per_step: float
@@ -222,7 +274,8 @@ class DoctorReport:
         one_off: costs paid once.
         not_measured: each figure that was not measured, and why ("real syncs by line ...: no GPU").
         wall_s: the run's wall seconds.
-        no_gpu: why the GPU's figures were not measured (`NO_GPU`, `CPU_SCRIPT`), or "" when they were.
+        no_gpu: why the GPU's figures were not measured (`reasons.NO_GPU`, `reasons.SCRIPT_NO_GPU`), or "" when
+            they were.
         digests: the digests of the first batches, when they were asked for (`DoctorOptions.digests`).
     """
 
@@ -234,7 +287,7 @@ class DoctorReport:
     step_ms: tuple[float, float, float] | None
     findings: tuple[Finding, ...]
     loader: LoaderFigures | None
-    compile: CompileFigures
+    compile: CompileSummary
     memory: MemoryFigures | None
     copies: tuple[CopyRow, ...]
     real_syncs: tuple[RealSyncRow, ...] | None
@@ -257,7 +310,7 @@ class DoctorReport:
             return None
         return sum(f.ms_per_step for f in self.findings if f.ms_per_step is not None) / self.step_ms[2]
 
-    def finding_at(self, kind: str, path: str, line: int) -> tuple[Finding, ...]:
+    def finding_at(self, kind: FindingKind, path: str, line: int) -> tuple[Finding, ...]:
         """The findings of one kind at one line."""
         return tuple(f for f in self.findings if f.kind == kind and f.path == path and f.line == line)
 
@@ -274,7 +327,7 @@ class DoctorReport:
                         else dict(zip(("median", "p90", "mean"), self.step_ms, strict=True))),
             "findings": [finding.as_json() for finding in self.findings],
             "loader": None if self.loader is None else asdict(self.loader),
-            "compile": {**asdict(self.compile), "unavailable": self.compile.unavailable or None},
+            "compile": self.compile.as_json(),
             "memory": None if self.memory is None else asdict(self.memory),
             "copies": [asdict(row) for row in self.copies],
             "real_syncs": (f"not measured: {self.no_gpu}" if self.real_syncs is None

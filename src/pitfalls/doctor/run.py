@@ -2,8 +2,9 @@
 
 `run_doctor` is the whole of ``pitfalls doctor`` but the printing: it checks the script, runs it unchanged in this
 process until its steps are done (or it ends, raises, or spends the budget), shuts down the workers it left, then
-turns what each phase measured into ranked findings. Dynamo's state is reset first (`torch._dynamo.reset`, "as if
-you had started a fresh process"), so a script compiles as it would on its own, whatever ran before it here.
+hands what the phases recorded (`records.Seen`) to every rule (`rules.findings`) and ranks what they found. Dynamo's
+state is reset first (`torch._dynamo.reset`, "as if you had started a fresh process"), so a script compiles as it
+would on its own, whatever ran before it here.
 """
 
 from __future__ import annotations
@@ -18,33 +19,34 @@ from dataclasses import dataclass
 
 import torch
 
-from pitfalls.doctor import findings as build
-from pitfalls.doctor.gpu import Bandwidth, copy_bandwidth
+from pitfalls.doctor import reasons, rules
+from pitfalls.doctor.copies import Bandwidth, copy_bandwidth
 from pitfalls.doctor.loader import LoaderWatch
 from pitfalls.doctor.options import DoctorOptions
 from pitfalls.doctor.phases import Phases, StopRun
+from pitfalls.doctor.records import ScanRecord, Seen, TimedRecord
 from pitfalls.doctor.report import (
-    CPU_SCRIPT,
-    NO_GPU,
-    CompileFigures,
+    CompileSummary,
+    CopyRow,
     DoctorReport,
     Failure,
+    LoaderFigures,
     MemoryFigures,
     OneOff,
     RealSyncRow,
+    RecompileRow,
     StepsDone,
+    line_fields,
+    rank,
 )
 from pitfalls.doctor.script import Script, as_main, check_single_process, load_script
 from pitfalls.doctor.steps import Budget, StepCounter
-from pitfalls.probes.anatomy import Anatomy, anatomy
+from pitfalls.families.loader.verdict import Verdict
 from pitfalls.probes.compiled import CompileWatch, reset_dynamo
 from pitfalls.result import Unavailable
 from pitfalls.targets import scanned_traceback
 
 __all__ = ["run_doctor"]
-
-# A rule's cost on a GPU: what its fix saves needs the step run with the fix.
-NO_FIX_COST = "what the fix saves needs the step run with it"
 
 
 @dataclass(frozen=True)
@@ -99,60 +101,58 @@ def _run(script: Script, args: Sequence[str], phases: Phases, budget: Budget, co
     return ending if ending is not None else _Ending("stopped before the script's end")
 
 
+def _loader(timed: TimedRecord | None, scan: ScanRecord | None, watch: LoaderWatch) -> LoaderFigures | None:
+    """The loader's figures over the timed steps, with its batch's anatomy from the scan; None when the timed steps
+    took no batch."""
+    if timed is None or sum(timed.batches) == 0:
+        return None
+    step_s, wait_s = statistics.fmean(timed.step_s), statistics.fmean(timed.wait_s)
+    verdict = Verdict(sum(timed.wait_s) / sum(timed.step_s), step_s, wait_s, timed.workers)
+    shape = scan.anatomies.get(watch.line) if scan is not None else None
+    tensors = tuple(
+        {"tensor": t.path, "shape": list(t.shape), "dtype": t.dtype, "bytes": t.bytes,
+         "smallest_lossless": t.smaller_dtype, "bytes_then": t.bytes_if_smaller, "how": t.how}
+        for t in (shape.tensors if shape is not None else ())
+    )
+    return LoaderFigures(
+        wait_share=verdict.wait_share, ms_per_step=wait_s * 1e3, verdict=verdict.bound,
+        batch_bytes=shape.bytes_per_batch if shape is not None else None,
+        batches_per_step=statistics.fmean(timed.batches), workers=timed.workers, anatomy=tensors,
+    )
+
+
 def _memory(phases: Phases) -> MemoryFigures | None:
-    timed = phases.timed
-    if timed.cuda_peaks:
+    timed, memory = phases.timed, phases.memory
+    if timed is not None and timed.cuda_peaks:
         return MemoryFigures("CUDA allocator", max(timed.cuda_peaks), int(statistics.median(timed.cuda_peaks)),
                              f"max allocated of each of {len(timed.cuda_peaks)} timed steps")
-    group = phases.group_memory
-    if group is None:
+    if memory is None:
         return None
+    group = memory.group
     if isinstance(group, Unavailable):
         return MemoryFigures("process group", None, None, f"unavailable: {group.reason}")
     return MemoryFigures(
         "process group", group.peak_pss, None,
-        f"over {phases.memory_steps} steps after the timed ones: sum of PSS of this process and its loader workers "
+        f"over {memory.steps} steps after the scanned ones: sum of PSS of this process and its loader workers "
         f"({group.peak_processes} processes at most), peak USS {group.peak_uss / (1 << 20):.1f} MiB, {group.samples} "
         f"samples every {group.interval_s * 1e3:.0f} ms",
     )
 
 
-def _real_syncs(lines: dict[tuple[str, int], tuple[float, float]], phases: Phases) -> tuple[RealSyncRow, ...]:
+def _real_syncs(phases: Phases) -> tuple[RealSyncRow, ...] | None:
+    gpu, scan = phases.gpu, phases.scan
+    if gpu is None:
+        return None
     hazards: dict[tuple[str, int], float] = {}
-    if phases.located is not None and phases.scanned_steps:
-        for site in phases.located.sites:
+    if scan is not None:
+        for site in scan.hazards.sites:
             if site.line is not None:
                 key = (site.line.path, site.line.lineno)
-                hazards[key] = hazards.get(key, 0.0) + site.count / phases.scanned_steps
+                hazards[key] = hazards.get(key, 0.0) + site.count / scan.steps
+    lines = gpu.per_line
     return tuple(RealSyncRow(path, line, lines.get((path, line), (0.0, 0.0))[0], hazards.get((path, line), 0.0),
                              lines.get((path, line), (0.0, 0.0))[1])
                  for path, line in sorted(set(lines) | set(hazards)))
-
-
-def _no_gpu(phases: Phases, bandwidth: Bandwidth | None) -> str:
-    """Why the GPU's figures were not measured ("" when they were)."""
-    if phases.real is not None and bandwidth is not None:
-        return ""
-    # Asked only now: the run is over, and nothing of CUDA was started before the script.
-    return CPU_SCRIPT if torch.cuda.is_available() else NO_GPU
-
-
-def _not_measured(phases: Phases, loader_seen: bool, compiled: bool, no_gpu: str) -> tuple[str, ...]:
-    missing = []
-    if no_gpu:
-        missing += [
-            f"real syncs by line (CUDA's sync debug mode): {no_gpu}",
-            f"what each sync stalls the step: {no_gpu} (the syncs are counted; their {build.NO_CPU_COST})",
-            f"copy costs (bytes over the device's bandwidth): {no_gpu}",
-            f"the CUDA allocator's peak: {no_gpu} (the process group's memory instead)",
-        ]
-    if not phases.timed.step_s:
-        missing.append("step time, the loader's wait and memory: no step was timed")
-    elif not loader_seen:
-        missing.append("the loader's wait: the timed steps took no batch from a DataLoader")
-    if compiled:
-        missing.append("what a graph break costs a step: it needs the step without the break")
-    return tuple(missing)
 
 
 def _one_off(phases: Phases, watch: LoaderWatch, compile_s: float | None) -> tuple[OneOff, ...]:
@@ -167,15 +167,6 @@ def _one_off(phases: Phases, watch: LoaderWatch, compile_s: float | None) -> tup
         if start.workers:
             found.append(OneOff("workers' start", start.start_s, f"iter(loader) starting {start.workers} workers"))
     return tuple(found)
-
-
-def _anatomy(phases: Phases) -> Anatomy | None:
-    if not phases.anatomy_batches:
-        return None
-    try:
-        return anatomy(phases.anatomy_batches)
-    except (ValueError, TypeError):  # a batch with no tensor, or tensors of no fixed structure
-        return None
 
 
 def run_doctor(
@@ -215,64 +206,52 @@ def run_doctor(
     bandwidth: Bandwidth | None = None
     if phases.on_cuda and torch.cuda.is_initialized():
         bandwidth = copy_bandwidth(torch.device("cuda", torch.cuda.current_device()))
-    return _report(loaded, args, options, phases, counter, watch, compiles, ending, bandwidth,
-                   time.perf_counter() - began)
+    return _report(loaded, args, phases, counter, watch, compiles, ending, bandwidth, time.perf_counter() - began)
 
 
-def _report(script: Script, args: Sequence[str], options: DoctorOptions, phases: Phases, counter: StepCounter,
-            watch: LoaderWatch, compiles: CompileWatch, ending: _Ending, bandwidth: Bandwidth | None,
-            wall_s: float) -> DoctorReport:
-    timed = phases.timed
-    step_ms = mean_ms = None
-    if timed.step_s:
-        ms = sorted(s * 1e3 for s in timed.step_s)
-        mean_ms = statistics.fmean(ms)
-        step_ms = (statistics.median(ms), ms[min(len(ms) - 1, int(0.9 * len(ms)))], mean_ms)
-    shape = _anatomy(phases)
-    loader = build.loader_figures(timed, shape)
-    lines = phases.real.per_line(phases.gpu_steps) if phases.real is not None and phases.gpu_steps else None
-    real = None if lines is None else _real_syncs(lines, phases)
-    stalls = None if lines is None else {where: stall for where, (_syncs, stall) in lines.items()}
-    no_gpu = _no_gpu(phases, bandwidth)
+def _report(script: Script, args: Sequence[str], phases: Phases, counter: StepCounter, watch: LoaderWatch,
+            compiles: CompileWatch, ending: _Ending, bandwidth: Bandwidth | None, wall_s: float) -> DoctorReport:
+    """The report, built from the phases' records and what the run's watches saw."""
+    timed, scan = phases.timed, phases.scan
+    # Asked only now, once the run is over: nothing of CUDA was started before the script.
+    no_gpu = "" if phases.gpu is not None and bandwidth is not None else (
+        reasons.SCRIPT_NO_GPU if torch.cuda.is_available() else reasons.NO_GPU)
     breaks, recompiles, compile_s = compiles.graph_breaks, compiles.recompiles, compiles.compile_s
     unavailable = "; ".join(x.reason for x in (breaks, recompiles) if isinstance(x, Unavailable))
     breaks = () if isinstance(breaks, Unavailable) else breaks
     recompiles = () if isinstance(recompiles, Unavailable) else recompiles
-    found = [
-        *([build.loader_finding(loader, watch.line)] if loader is not None else []),
-        *build.sync_findings(phases.located, phases.scanned_steps, counter.step_functions, stalls),
-        *build.copy_findings(phases.copies, phases.scanned_steps, bandwidth, no_gpu),
-        *build.compile_findings(breaks, recompiles, timed),
-        *build.memory_findings(shape, loader.batches_per_step if loader else 1.0, watch.line, bandwidth, no_gpu),
-        *(phases.rules.findings(phases.scanned_steps, no_gpu or NO_FIX_COST) if phases.rules is not None else ()),
-    ]
-    ranked = build.rank(found, mean_ms)
-    compile_figures = CompileFigures(
-        graph_breaks=tuple({"reason": b.reason, "path": b.path, "line": b.line, "explanation": b.explanation,
-                            "hint": b.hint} for b in breaks),
-        recompiles=tuple({"function": r.function, "path": r.path, "reason": r.reason,
-                          "during_timed_steps": timed.during(r.started)}
+    seen = Seen(timed, scan, phases.gpu, phases.memory, _loader(timed, scan, watch), watch.line, breaks, recompiles,
+                bandwidth, no_gpu, counter.step_functions)
+    step_ms = None
+    if timed is not None:
+        ms = sorted(s * 1e3 for s in timed.step_s)
+        step_ms = (statistics.median(ms), ms[min(len(ms) - 1, int(0.9 * len(ms)))], statistics.fmean(ms))
+    summary = CompileSummary(
+        graph_breaks=breaks,
+        recompiles=tuple(RecompileRow(r.function, r.path, r.reason, timed is not None and timed.during(r.started))
                          for r in recompiles),
         compile_s=None if isinstance(compile_s, Unavailable) else compile_s,
         unavailable=unavailable,
     )
-    compiled = bool(breaks or recompiles or (not isinstance(compile_s, Unavailable) and compile_s > 0))
-    done = counter.steps
-    o = options
-    steps = StepsDone(
-        warmup=min(done, o.warmup), measured=len(timed.step_s), memory=phases.memory_steps,
-        before_scan=min(max(done - o.warmup - o.steps - phases.memory_steps, 0), o.bridge),
-        scanned=phases.scanned_steps,
-        gpu=phases.gpu_steps, counted_by=counter.by, total=done)
+    compiled = bool(breaks or recompiles or summary.compile_s)
+    ran = phases.ran
+    steps = StepsDone(warmup=ran.get("warmup", 0), measured=ran.get("timed", 0), memory=ran.get("memory", 0),
+                      before_scan=ran.get("before_scan", 0), scanned=ran.get("scanned", 0), gpu=ran.get("gpu", 0),
+                      counted_by=counter.by, total=counter.steps)
+    copies = () if scan is None else tuple(
+        CopyRow(**line_fields(site.line), call=site.call, direction=site.direction, pinned=site.pinned,
+                blocking=site.blocking, per_step=site.count / scan.steps, bytes_per_step=site.bytes / scan.steps)
+        for site in scan.copies)
     return DoctorReport(
         script=str(script.path), argv=tuple(args), steps=steps, ended=ending.how, failure=ending.failure,
-        step_ms=step_ms, findings=ranked, loader=loader, compile=compile_figures, memory=_memory(phases),
-        copies=build.copy_rows(phases.copies, phases.scanned_steps), real_syncs=real,
+        step_ms=step_ms, findings=rank(rules.findings(seen), step_ms[2] if step_ms else None), loader=seen.loader,
+        compile=summary, memory=_memory(phases), copies=copies, real_syncs=_real_syncs(phases),
         bandwidth=() if bandwidth is None else tuple(
             (f"{direction}, {'pinned' if pinned else 'pageable'}", rate / 1e9)
             for direction, pinned, rate in bandwidth.rates),
-        one_off=_one_off(phases, watch, compile_figures.compile_s),
-        not_measured=_not_measured(phases, loader is not None, compiled, no_gpu),
+        one_off=_one_off(phases, watch, summary.compile_s),
+        not_measured=reasons.not_measured(no_gpu, phases.short(counter.steps), timed is not None,
+                                          seen.loader is not None, compiled),
         wall_s=wall_s,
         no_gpu=no_gpu,
         digests=tuple(phases.digests),

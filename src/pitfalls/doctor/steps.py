@@ -23,12 +23,13 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from pitfalls.doctor.phases import Phases, StopRun
+from pitfalls.doctor.report import CountedBy
 from pitfalls.probes.sites import is_user_file
 
 __all__ = ["LOADER", "OPTIMIZER", "Budget", "StepCounter"]
 
-OPTIMIZER = "optimizer"
-LOADER = "loader"
+OPTIMIZER: CountedBy = "optimizer"
+LOADER: CountedBy = "loader"
 
 
 def _user_functions(frame: FrameType | None) -> frozenset[tuple[str, str]]:
@@ -104,7 +105,7 @@ class StepCounter:
     def __init__(self, budget: Budget, phases: Phases) -> None:
         self._budget = budget
         self._phases = phases
-        self.by: str | None = None
+        self.by: CountedBy | None = None
         self.steps = 0
         self.batches = 0
         self._delivered = False

@@ -81,7 +81,7 @@ def _on_device(measure: Callable[[str, Sizes], Any]) -> Measure:
 def _doctor(ctx: Context) -> dict[str, Any]:
     """`pitfalls doctor` on its planted training script on the device: per planted line the hazard count against
     the real syncs of CUDA's sync debug mode and the stall each costs, the copies' bandwidth; its report kept."""
-    from pitfalls.doctor import gpu_check
+    from pitfalls.gpu_run.doctor import gpu_check
 
     return gpu_check(ctx.out / "doctor", ctx.device)
 

@@ -22,6 +22,7 @@ told apart by the line that called the helper, the line a user must rewrite.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import inspect
 import linecache
@@ -42,8 +43,8 @@ from pitfalls.probes.rewrites import HazardKind, describe
 from pitfalls.probes.syncs import HazardCounts, SyncHazardCounter
 
 __all__ = [
-    "CallSite", "HazardLocator", "HazardSite", "LocatedHazards", "SourceLine", "is_user_file", "locate_dispatch",
-    "locate_dispatch_stack", "source_line",
+    "CallSite", "HazardLocator", "HazardSite", "LocatedHazards", "SourceLine", "function_at", "functions",
+    "is_user_file", "locate_dispatch", "locate_dispatch_stack", "source_line",
 ]
 
 _TORCH_DIR = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
@@ -187,6 +188,23 @@ def source_line(key: tuple[str, int, str] | None) -> SourceLine | None:
     return SourceLine(path, lineno, function, linecache.getline(path, lineno).strip())
 
 
+@lru_cache(maxsize=64)
+def functions(path: str) -> tuple[tuple[int, int, str], ...]:
+    """(first line, last line, name) of every function in a file, or none when it cannot be read."""
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return ()
+    return tuple((node.lineno, node.end_lineno or node.lineno, node.name) for node in ast.walk(tree)
+                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+
+def function_at(path: str, line: int) -> str:
+    """The innermost function of ``path`` that holds ``line`` (its code object's name), ``<module>`` outside any."""
+    holding = [(first, name) for first, last, name in functions(path) if first <= line <= last]
+    return max(holding)[1] if holding else "<module>"
+
+
 def _is_engine_entry(frame: FrameType) -> bool:
     # The Python frames that hand a backward pass to the C++ engine (graph.py since torch 2.3, __init__.py before).
     name = frame.f_code.co_name
@@ -248,9 +266,10 @@ def _current_autograd_node() -> object | None:
     return current() if current is not None else None
 
 
-def locate_dispatch() -> tuple[_Key | None, bool]:
-    """The user's line of the op being dispatched now, and whether it runs in backward."""
-    key, _, in_backward = locate_dispatch_stack()
+def locate_dispatch(skip: Collection[str] = ()) -> tuple[_Key | None, bool]:
+    """The user's line of the op being dispatched now, and whether it runs in backward; ``skip``: files to pass
+    over besides torch and the measuring machinery (an instrument of a rule registered from outside the package)."""
+    key, _, in_backward = locate_dispatch_stack(skip)
     return key, in_backward
 
 

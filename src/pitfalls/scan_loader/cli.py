@@ -12,7 +12,7 @@ from rich.console import Console
 
 from pitfalls.argtypes import positive
 from pitfalls.devices import resolve_device
-from pitfalls.scan_loader.deliver import WorkerDied
+from pitfalls.families.loader.workers import WorkerDied
 from pitfalls.scan_loader.interrupts import raise_if_received, recorded
 from pitfalls.scan_loader.render import render
 from pitfalls.scan_loader.scan import ScanOptions, default_workers, scan_loader

@@ -9,17 +9,13 @@ from typing import Any
 import torch
 
 from pitfalls.devices import synchronize
-from pitfalls.families.loader.workers import BROKEN_CONNECTION_S, exited, is_handler_report
+from pitfalls.families.loader.workers import BROKEN_CONNECTION_S, WorkerDied, exited, is_handler_report
 from pitfalls.scan_loader.interrupts import raise_if_received
 from pitfalls.scan_loader.rebuild import worker_pids
 from pitfalls.scan_loader.target import Step
 from pitfalls.targets import ScannedCodeError, call_scanned
 
-__all__ = ["Delivery", "WorkerDied", "theirs", "to_device"]
-
-
-class WorkerDied(RuntimeError):
-    """A DataLoader worker died while the scan ran."""
+__all__ = ["Delivery", "theirs", "to_device"]
 
 
 def to_device(batch: Any, device: torch.device, non_blocking: bool) -> Any:

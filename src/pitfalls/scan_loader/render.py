@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pitfalls.result import Unavailable
-from pitfalls.scan_loader.results import CopyOnWrite, ScanLoaderReport
+from pitfalls.scan_loader.results import ScanLoaderReport, WorkerGrowth
 from pitfalls.units import human_bytes
 
 __all__ = ["render"]
@@ -58,7 +58,7 @@ def render(report: ScanLoaderReport, console: Console) -> None:
     starts = ", ".join(f"{k}: {_seconds(v)}" for k, v in report.epoch_start.items())
     console.print(Text(f"time to the first batch of an epoch: {starts}"))
     cow = report.copy_on_write
-    if isinstance(cow, CopyOnWrite):
+    if isinstance(cow, WorkerGrowth):
         console.print(Text(f"copy-on-write over {cow.items_read:,} items read at num_workers={cow.workers}: "
                            f"{cow.per_item:,.0f} bytes per item; per worker "
                            + ", ".join(human_bytes(g) for g in cow.growth)))

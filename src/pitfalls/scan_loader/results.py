@@ -6,13 +6,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pitfalls.families.loader.steady import Steady
-from pitfalls.families.loader.verdict import WAIT_THRESHOLD
+from pitfalls.families.loader.verdict import Bound, bound
 from pitfalls.probes.anatomy import Anatomy
 from pitfalls.probes.group_memory import GroupMemory
 from pitfalls.result import Unavailable
 from pitfalls.scan_loader.containers import Container
 
-__all__ = ["CopyOnWrite", "Finding", "LoaderBound", "ScanLoaderReport", "Setting", "SettingResult", "verdict"]
+__all__ = ["Advice", "LoaderBound", "ScanLoaderReport", "Setting", "SettingResult", "WorkerGrowth", "verdict"]
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class LoaderBound:
         below_ceiling: the ceiling's samples/s over this setting's (1.0: at the ceiling), or None without one.
     """
 
-    verdict: str
+    verdict: Bound
     wait_share: float
     below_ceiling: float | None
 
@@ -52,7 +52,7 @@ def verdict(steady: Steady, ceiling: float | None) -> LoaderBound:
     """Loader-bound or step-bound, from the wait in next() and the ceiling."""
     share = steady.wait_share
     ratio = ceiling / steady.samples_per_second if ceiling and steady.samples_per_second > 0 else None
-    return LoaderBound("loader-bound" if share > WAIT_THRESHOLD else "step-bound", share, ratio)
+    return LoaderBound(bound(share), share, ratio)
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,8 @@ class SettingResult:
 
 
 @dataclass(frozen=True)
-class CopyOnWrite:
-    """Workers' private memory growth over (part of) an epoch, read at rest.
+class WorkerGrowth:
+    """Workers' private memory growth over (part of) an epoch, read at rest: what reading items copied on write.
 
     Attributes:
         workers: num_workers of the run.
@@ -95,7 +95,7 @@ class CopyOnWrite:
 
 
 @dataclass(frozen=True)
-class Finding:
+class Advice:
     """One piece of advice.
 
     Attributes:
@@ -131,10 +131,10 @@ class ScanLoaderReport:
     ceiling: Steady | Unavailable
     settings: tuple[SettingResult, ...]
     epoch_start: dict[str, float | Unavailable]
-    copy_on_write: CopyOnWrite | Unavailable
+    copy_on_write: WorkerGrowth | Unavailable
     containers: tuple[Container, ...]
     touch_copied: dict[str, int]
-    advice: tuple[Finding, ...] = field(default=())
+    advice: tuple[Advice, ...] = field(default=())
 
     @property
     def ceiling_samples_per_second(self) -> float | Unavailable:
@@ -178,8 +178,8 @@ class ScanLoaderReport:
                                   "processes": r.peak.peak_processes, "samples": r.peak.samples}
                             for r in self.settings},
             "copy_on_write_per_item": value(self.copy_on_write.per_item
-                                            if isinstance(self.copy_on_write, CopyOnWrite) else self.copy_on_write),
-            "copy_on_write": value(asdict(self.copy_on_write) if isinstance(self.copy_on_write, CopyOnWrite)
+                                            if isinstance(self.copy_on_write, WorkerGrowth) else self.copy_on_write),
+            "copy_on_write": value(asdict(self.copy_on_write) if isinstance(self.copy_on_write, WorkerGrowth)
                                    else self.copy_on_write),
             "containers": [dict(asdict(c), copied_when_touched=self.touch_copied.get(c.name)) for c in self.containers],
             "advice": [asdict(f) for f in self.advice],

@@ -20,15 +20,15 @@ import torch
 from torch.utils.data import DataLoader
 
 from pitfalls.families.loader.steady import Steady, prefilled, steady_state
-from pitfalls.families.loader.workers import is_handler_report, shut_down
+from pitfalls.families.loader.workers import WorkerDied, is_handler_report, shut_down
 from pitfalls.probes.anatomy import anatomy
 from pitfalls.probes.group_memory import GroupMemorySampler
 from pitfalls.result import Unavailable
 from pitfalls.scan_loader.advice import advise
 from pitfalls.scan_loader.containers import find_containers, touch_copied_bytes
-from pitfalls.scan_loader.deliver import Delivery, WorkerDied, theirs
+from pitfalls.scan_loader.deliver import Delivery, theirs
 from pitfalls.scan_loader.rebuild import DEFAULT_PREFETCH, rebuild, worker_pids
-from pitfalls.scan_loader.results import CopyOnWrite, ScanLoaderReport, Setting, SettingResult, verdict
+from pitfalls.scan_loader.results import ScanLoaderReport, Setting, SettingResult, WorkerGrowth, verdict
 from pitfalls.scan_loader.target import Step
 from pitfalls.targets import TargetError
 
@@ -130,7 +130,7 @@ def _settled_uss(pids: list[int]) -> dict[int, int]:
 
 
 def _copy_on_write(held: contextlib.ExitStack, target: str, loader: DataLoader[Any], workers: int, samples: int,
-                   epoch: int | None, clock: _Clock) -> CopyOnWrite | Unavailable:
+                   epoch: int | None, clock: _Clock) -> WorkerGrowth | Unavailable:
     """Each worker's USS growth over an epoch of items (or what the budget allows), read at rest at both ends."""
     context = loader.multiprocessing_context
     method = context.get_start_method() if context is not None else torch.multiprocessing.get_start_method()
@@ -158,7 +158,7 @@ def _copy_on_write(held: contextlib.ExitStack, target: str, loader: DataLoader[A
     if read == 0:
         return Unavailable("the budget left no time to read items after the workers started")
     growth = tuple(after[p] - before[p] for p in pids if p in before and p in after)
-    return CopyOnWrite(workers, growth, read * samples)
+    return WorkerGrowth(workers, growth, read * samples)
 
 
 def _epoch_starts(held: contextlib.ExitStack, target: str, loader: DataLoader[Any], workers: int,
@@ -265,7 +265,7 @@ def _scan(loader: DataLoader[Any], step: Step | None, options: ScanOptions, targ
             why = "no setting with workers was timed" if best is None else "the budget ran out before it"
             starts = {"persistent_workers=off": Unavailable("no setting was timed"),
                       "persistent_workers=on": Unavailable(why)}
-        cow: CopyOnWrite | Unavailable = Unavailable("the budget ran out before it")
+        cow: WorkerGrowth | Unavailable = Unavailable("the budget ran out before it")
         if clock.left > WORKER_START_S * most + 2 * SETTLE_S * SETTLE_READINGS or most == 0:
             cow = _copy_on_write(held, target, loader, most, samples, epoch, clock)
         containers = find_containers(loader.dataset)

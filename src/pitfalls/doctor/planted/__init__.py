@@ -1,5 +1,22 @@
-"""Training scripts with planted costs, the known answers of `pitfalls doctor` (`pitfalls.doctor.known`).
+"""Training scripts with planted costs, the known answers of `pitfalls doctor`: their paths and the arguments their
+rows run them with (`pitfalls.doctor.checks`).
 
-Each is a plain script that imports nothing of pitfalls and runs as any user's would (``python train.py ...``);
-the hazard locator counts this folder as the user's code, though it lies inside the doctor's package.
+Each is a plain script that imports nothing of pitfalls and runs as any user's would (``python train.py ...``,
+each taking ``--device``); the hazard locator counts this folder as the user's code, though it lies inside the
+doctor's package.
 """
+
+from pathlib import Path
+
+__all__ = ["BATCH", "ITEM_MS", "LOADER", "RULES", "TRAIN", "TRAIN_ARGS"]
+
+_HERE = Path(__file__).resolve().parent
+TRAIN = _HERE / "train.py"
+RULES = _HERE / "rules.py"
+LOADER = _HERE / "loader.py"
+BATCH = 8
+ITEM_MS = 10.0
+# train.py's endless data set of 10**6 items, its planted batch and sleep, and the eager backend: graph breaks and
+# recompiles are dynamo's, decided before any backend runs, so the eager one reads them without inductor's code
+# generation (10-20 s cold on these machines).
+TRAIN_ARGS = ("--items", str(10**6), "--batch", str(BATCH), "--item-ms", str(ITEM_MS), "--backend", "eager")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pitfalls.families.loader import plants, probes
+from pitfalls.families.loader import check_data, probes
 from pitfalls.families.loader.probes import InFlight
 from pitfalls.families.loader.steps import LoaderStep
 from pitfalls.known.one_run import OneRun
@@ -37,7 +37,7 @@ ITEM_BYTES = 3 * SIZE * SIZE + SIZE * SIZE
 FlightRoutine = Callable[[LoaderStep], InFlight]
 
 
-class SizedItems(plants.Items):
+class SizedItems(check_data.Items):
     """A planted data set of items of a known size: a uint8 image 3 x S x S and a uint8 mask S x S."""
 
     size = SIZE
@@ -45,7 +45,7 @@ class SizedItems(plants.Items):
 
 def planted_step(device: str = "cpu") -> LoaderStep:
     """A not yet started ``uint8`` loader step of `SizedItems`, W workers, ``prefetch_factor`` 2, pinning off."""
-    return plants.step(SizedItems(ITEMS), device, start=False, image_size=SIZE, batch=BATCH, num_workers=WORKERS,
+    return check_data.step(SizedItems(ITEMS), device, start=False, image_size=SIZE, batch=BATCH, num_workers=WORKERS,
                         prefetch_factor=PREFETCH, pin_memory=False)
 
 
@@ -86,11 +86,11 @@ def flight_checks(run: FlightRun | None = None) -> tuple[Check, ...]:
     run = run or FlightRun()
     why = "exact: sizes of tensors and whole-page segments; a count of batches"
     return (
-        plants.row(f"loader: bytes per batch, {BATCH} x {ITEM_BYTES} B", probes.BYTES_PER_BATCH, "bytes", 0.0,
+        check_data.row(f"loader: bytes per batch, {BATCH} x {ITEM_BYTES} B", probes.BYTES_PER_BATCH, "bytes", 0.0,
                     run.batch_bytes, why),
-        plants.row(f"loader: batches in flight, W={WORKERS} x prefetch {PREFETCH}", probes.BATCHES_IN_FLIGHT,
+        check_data.row(f"loader: batches in flight, W={WORKERS} x prefetch {PREFETCH}", probes.BATCHES_IN_FLIGHT,
                     "batches", 0.0, run.batches, why),
-        plants.row(f"loader: bytes in flight, W={WORKERS} x prefetch {PREFETCH}", probes.BYTES_IN_FLIGHT, "bytes",
+        check_data.row(f"loader: bytes in flight, W={WORKERS} x prefetch {PREFETCH}", probes.BYTES_IN_FLIGHT, "bytes",
                     0.0, run.bytes, why),
     )
 

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from pitfalls.families.loader import metadata, plants
+from pitfalls.families.loader import check_data, metadata
 from pitfalls.families.loader.entry import NAME
 from pitfalls.families.loader.metadata import EpochMemory
 from pitfalls.families.loader.probes import COPIED_PER_ITEM, PEAK_PSS, PEAK_USS, copy_on_write_of, group_peak
@@ -64,7 +64,7 @@ PAYLOAD_MIB = 64
 TABLE_RECORDS = 2_000
 
 
-class HeldPerWorker(plants.Items):
+class HeldPerWorker(check_data.Items):
     """Each worker, at its first item, allocates ``planted_mib`` MiB of its own and touches every page of it."""
 
     def __init__(self, items: int, planted_mib: int) -> None:
@@ -78,7 +78,7 @@ class HeldPerWorker(plants.Items):
         return super().__getitem__(index)
 
 
-class CopiedPerRead(plants.Items):
+class CopiedPerRead(check_data.Items):
     """Each read writes one byte in each of the next K pages of a buffer the main process holds: K fresh pages
     per read, whichever item it is, so a worker that reads an item again still copies K pages."""
 
@@ -117,7 +117,8 @@ class WrittenOnce(Dataset[Any]):
 
 def planted_step(dataset: Dataset[Any], workers: int, *, measure_uss: bool = False) -> LoaderStep:
     """A CPU `LoaderStep` of the ``uint8`` rung, batches of 4, whose data set is ``dataset`` (a planted one)."""
-    return plants.step(dataset, measure_uss=measure_uss, image_size=plants.Items.size, num_workers=workers, batch=4)
+    return check_data.step(dataset, measure_uss=measure_uss, image_size=check_data.Items.size, num_workers=workers,
+                           batch=4)
 
 
 def held_peak(planted_mib: int) -> GroupMemory:
@@ -211,21 +212,21 @@ CHECKS = (
           (own_instrument(NAME, PEAK_USS), own_instrument(NAME, PEAK_PSS)), "MiB", 0.05, measure_group_peak,
           family=NAME,
           why="the planted memory is exact; the main process's transients moved the peak by up to 12 MiB here"),
-    plants.row(f"loader: copy-on-write, {PAGES_PER_ITEM} pages per item", COPIED_PER_ITEM, "KiB/item", 0.15,
+    check_data.row(f"loader: copy-on-write, {PAGES_PER_ITEM} pages per item", COPIED_PER_ITEM, "KiB/item", 0.15,
                 measure_copied_per_item,
                 "a worker's own heap moves by a MiB or so between its readings: it read 0.9-2.2 % high here"),
-    plants.row(f"loader: metadata growth, {GROWTH_MIB} MiB per worker", METADATA_GROWTH, "MiB", 0.05,
+    check_data.row(f"loader: metadata growth, {GROWTH_MIB} MiB per worker", METADATA_GROWTH, "MiB", 0.05,
                 partial(_metadata_on, lambda e: e.mean_growth, GROWTH_MIB, "growth"),
                 "the planted copy is exact and the rest of the epoch is the same on both sides"),
     # W copies of the written buffer, and the main process's original.
-    plants.row(f"loader: metadata group USS, {WORKERS} workers x {GROWTH_MIB} MiB written", METADATA_GROUP_USS,
+    check_data.row(f"loader: metadata group USS, {WORKERS} workers x {GROWTH_MIB} MiB written", METADATA_GROUP_USS,
                 "MiB", 0.05, partial(_metadata_on, lambda e: e.group_uss, (WORKERS + 1) * GROWTH_MIB, "group USS"),
                 "read 143.9-146.3 for 144 here: the main process's own moves between epochs, a MiB or two"),
     # As the USS, plus the buffer no one wrote, once.
-    plants.row(f"loader: metadata group PSS, {SHARED_MIB} MiB shared", METADATA_GROUP_PSS, "MiB", 0.05,
+    check_data.row(f"loader: metadata group PSS, {SHARED_MIB} MiB shared", METADATA_GROUP_PSS, "MiB", 0.05,
                 partial(_metadata_on, lambda e: e.group_pss, (WORKERS + 1) * GROWTH_MIB + SHARED_MIB, "group PSS"),
                 "read 208.0-209.8 for 208 here; a PSS counting a shared page per sharer would read 336"),
-    plants.row(f"loader: metadata table, {PAYLOAD_MIB} MiB planted in two records", METADATA_TABLE, "MiB", 0.01,
+    check_data.row(f"loader: metadata table, {PAYLOAD_MIB} MiB planted in two records", METADATA_TABLE, "MiB", 0.01,
                 measure_metadata_table, "the same table on both sides: only the planted bytes object's 33-byte "
                 "header is over"),
 )

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import torch
 
-from pitfalls.families.loader import epochs, plants, probes
+from pitfalls.families.loader import check_data, epochs, probes
 from pitfalls.families.loader.epochs import EpochStarts
 from pitfalls.families.loader.steps import LoaderStep
 from pitfalls.known.one_run import OneRun
@@ -56,7 +56,7 @@ FirstBatchRoutine = Callable[[LoaderStep], float]
 EpochRoutine = Callable[[LoaderStep], EpochStarts]
 
 
-class FirstReadSleeps(plants.Items):
+class FirstReadSleeps(check_data.Items):
     """A planted start cost: the first item each process reads sleeps ``delay_s``; every item is a tiny uint8 image
     and mask.
 
@@ -81,7 +81,7 @@ class FirstReadSleeps(plants.Items):
 def planted_step(delay_ms: float, device: str = "cpu") -> LoaderStep:
     """A not yet started ``uint8`` loader step of `FirstReadSleeps`, W workers (more than cores allowed: the cost
     is a sleep), pinning off."""
-    return plants.step(FirstReadSleeps(ITEMS, delay_ms / 1000), device, start=False, image_size=PIXELS,
+    return check_data.step(FirstReadSleeps(ITEMS, delay_ms / 1000), device, start=False, image_size=PIXELS,
                         batch=BATCH, num_workers=WORKERS, pin_memory=False)
 
 
@@ -157,11 +157,11 @@ def start_checks(run: EpochRun | None = None) -> tuple[Check, ...]:
     spread = "medians of 5 pairs read -11 to +8 % of 600 ms at load 3-5 on 2 shared cores (36 runs)"
     still = "medians of 5 pairs read -9 to +10 ms at load 3-5 on 2 shared cores (36 runs)"
     return (
-        plants.row(f"loader: time to first batch, +{DELAY_MS:g} ms worker start", probes.TIME_TO_FIRST_BATCH, "ms",
+        check_data.row(f"loader: time to first batch, +{DELAY_MS:g} ms worker start", probes.TIME_TO_FIRST_BATCH, "ms",
                     GROWTH_TOLERANCE, first_batch, spread),
-        plants.row(f"loader: epoch start, persistent off, +{DELAY_MS:g} ms worker start", probes.EPOCH_START_FRESH,
+        check_data.row(f"loader: epoch start, persistent off, +{DELAY_MS:g} ms worker start", probes.EPOCH_START_FRESH,
                     "ms", GROWTH_TOLERANCE, run.fresh, spread),
-        plants.row(f"loader: epoch start, persistent on, +{DELAY_MS:g} ms worker start",
+        check_data.row(f"loader: epoch start, persistent on, +{DELAY_MS:g} ms worker start",
                     probes.EPOCH_START_PERSISTENT, "ms", STILL_TOLERANCE_MS, run.persistent, still, absolute=True),
     )
 

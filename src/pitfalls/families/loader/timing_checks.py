@@ -29,7 +29,7 @@ from typing import Any
 
 from torch import Tensor
 
-from pitfalls.families.loader import plants, probes, steady, verdict
+from pitfalls.families.loader import check_data, probes, steady, verdict
 from pitfalls.families.loader.entry import ENTRY, NAME
 from pitfalls.families.loader.steps import BatchStep, make_step
 from pitfalls.known.one_run import OneRun
@@ -58,7 +58,7 @@ Timing = Callable[[BatchStep], float]
 Comparing = Callable[[BatchStep, BatchStep], float]
 
 
-class SleepingItems(plants.Items):
+class SleepingItems(check_data.Items):
     """A planted producer: each item sleeps ``per_item_s`` and is a tiny uint8 image and mask."""
 
     size = PIXELS
@@ -86,7 +86,7 @@ class SleepingStep:
 def planted_step(workers: int, per_item_ms: float, step_ms: float, device: str = "cpu") -> BatchStep:
     """A loader step of `SleepingItems` and `SleepingStep` with ``workers`` workers (more than cores allowed:
     the workers sleep)."""
-    return plants.step(SleepingItems(ITEMS, per_item_ms / 1000), device, consume=SleepingStep(step_ms / 1000),
+    return check_data.step(SleepingItems(ITEMS, per_item_ms / 1000), device, consume=SleepingStep(step_ms / 1000),
                         image_size=PIXELS, batch=BATCH, num_workers=workers)
 
 
@@ -217,7 +217,7 @@ def starves_below(workers: int, device: str, judge: Callable[[int, str], verdict
 
 def checks() -> tuple[Check, ...]:
     """Every calibration row of the loader family."""
-    rows = [plants.row(f"loader samples/s: W={workers}, {side}-bound", probes.SAMPLES_PER_SECOND, "samples/s", 0.10,
+    rows = [check_data.row(f"loader samples/s: W={workers}, {side}-bound", probes.SAMPLES_PER_SECOND, "samples/s", 0.10,
                         partial(_throughput_on, workers, side), "the issue's bar; sleeps, so the two cores do not "
                         "decide it") for workers in WORKERS for side in ("producer", "consumer")]
     rows.append(Check(f"loader speedup: producer 2p against p, W={KNOWN_WORKERS}", (SPEEDUP,), "x", 0.10,
@@ -235,13 +235,13 @@ def checks() -> tuple[Check, ...]:
     # The loader's own cost per batch (3-5 ms here, see STEP_MS) lands in the wait or the step: the planted shares
     # 0.667 (W=0) and 0.5 (W=2) read +0.2 to +1.3 % and -0.1 to +2.8 % here at load 4-11.
     for workers in JUDGED_WORKERS:
-        rows.append(plants.row(f"loader wait share: W={workers}, producer-bound", probes.WAIT_SHARE, "share", 0.10,
+        rows.append(check_data.row(f"loader wait share: W={workers}, producer-bound", probes.WAIT_SHARE, "share", 0.10,
                                 partial(_judged_on, wait_share, workers),
                                 "the verdict's figure; sleeps, spread measured here"))
     # From the same runs. Without workers the crossover is the wait times (1 - t) / t = 9, so the loader's own few ms
     # per batch count nine times against the planted 100 ms of loading: read 2.1 % high here (1.6 % with W=2).
     for workers in JUDGED_WORKERS:
-        rows.append(plants.row(f"loader starves below: W={workers}, producer-bound", verdict.STARVES_BELOW, "ms",
+        rows.append(check_data.row(f"loader starves below: W={workers}, producer-bound", verdict.STARVES_BELOW, "ms",
                                 0.10, partial(_judged_on, starves_below, workers),
                                 "the verdict's crossover, from the wait share's run"))
     return tuple(rows)

@@ -18,17 +18,23 @@ the step's device work leaves the host's cores to the workers.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pitfalls.families.loader import steady
 from pitfalls.families.loader.entry import read_case
 from pitfalls.result import Unavailable
 
-__all__ = ["MODEL_MS", "STARVES_BELOW", "WAIT_THRESHOLD", "Verdict", "judge", "verdict"]
+__all__ = ["MODEL_MS", "STARVES_BELOW", "WAIT_THRESHOLD", "Bound", "Verdict", "bound", "judge", "verdict"]
 
 # The share of a batch's time the step may wait in next() and still be step-bound (``pitfalls scan-loader`` judges
 # by it too): sleep-planted step-bound pipelines read under 2 % on this 2-core machine.
 WAIT_THRESHOLD = 0.10
+Bound = Literal["loader-bound", "step-bound"]
+
+
+def bound(wait_share: float, threshold: float = WAIT_THRESHOLD) -> Bound:
+    """"loader-bound" when the wait share is above the threshold, else "step-bound"."""
+    return "loader-bound" if wait_share > threshold else "step-bound"
 # The name `probes.own_figures` gives `Verdict.starves_below_s` (and the asv method that publishes it).
 STARVES_BELOW = "starves the device below"
 # The model_ms values each grid sweeps in the verdict (milliseconds of planted step cost; 0: the model step alone).
@@ -54,9 +60,9 @@ class Verdict:
     threshold: float = WAIT_THRESHOLD
 
     @property
-    def bound(self) -> str:
-        """"loader-bound" when the wait share is above the threshold, else "step-bound"."""
-        return "loader-bound" if self.wait_share > self.threshold else "step-bound"
+    def bound(self) -> Bound:
+        """The verdict at the threshold."""
+        return bound(self.wait_share, self.threshold)
 
     @property
     def margin(self) -> float:

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from pathlib import Path
 
+from pitfalls.doctor import planted
 from pitfalls.doctor.options import DoctorOptions
 from pitfalls.doctor.run import run_doctor
-from pitfalls.doctor.tries import DIGESTS, Tried, TryRow, try_settings
+from pitfalls.doctor.try_settings import DIGESTS, Tried, TryRow, try_settings
 from pitfalls.families.loader import probes, timing_checks
 from pitfalls.known.one_run import OneRun
 from pitfalls.known.other_work import Conditions, on_free_cores
@@ -27,7 +27,7 @@ from pitfalls.known.table import Check, Reading
 __all__ = ["BATCH", "ITEM_MS", "LOADER_SCRIPT", "SETTING", "STEP_MS", "TOLERANCE", "WORKERS", "family_speedup",
            "loader_args", "try_checks", "try_planted"]
 
-LOADER_SCRIPT = Path(__file__).resolve().parent / "planted" / "loader.py"
+LOADER_SCRIPT = planted.LOADER
 BATCH = timing_checks.BATCH
 ITEM_MS = 10.0
 STEP_MS = 10.0

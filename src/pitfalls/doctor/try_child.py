@@ -6,7 +6,7 @@ in every DataLoader the script builds (`DataLoader.__init__` wrapped for the blo
 With ``num_workers=0`` the arguments that need workers (``prefetch_factor``, ``persistent_workers``) are dropped,
 as DataLoader refuses them then.
 
-``python -m pitfalls.doctor.trial SPEC OUT`` reads the trial (`Trial`, as JSON) and writes what it measured to OUT
+``python -m pitfalls.doctor.try_child SPEC OUT`` reads the trial (`Trial`, as JSON) and writes what it measured to OUT
 as JSON: the timed steps' median and mean milliseconds, the share of them spent waiting in ``next()``, the loader's
 workers, the first batches' digests, how the run ended and, when the script failed, its last line. The script's own
 output goes to stderr.
@@ -136,7 +136,7 @@ def run_trial(trial: Trial) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str]) -> int:
-    """``python -m pitfalls.doctor.trial SPEC OUT``; returns 0 once OUT is written."""
+    """``python -m pitfalls.doctor.try_child SPEC OUT``; returns 0 once OUT is written."""
     spec, out = argv
     raw = json.loads(spec)
     trial = Trial(**{**raw, "args": tuple(raw["args"])})

@@ -2,9 +2,9 @@
 (docs/doctor.md, "--try").
 
 Each setting, and the script's own ("as written"), runs the unmodified script in a fresh process
-(`pitfalls.doctor.trial`), one at a time, every trial the same steps: enough for the steady state of the setting with
-the most workers, as the loader family times its cases (`families.loader.steady`). A setting is a fix only when its
-first `DIGESTS` batches are the script's own.
+(`pitfalls.doctor.try_child`), one at a time, every trial the same steps: enough for the steady state of the setting
+with the most workers, as the loader family times its cases (`families.loader.steady`). A setting is a fix only when
+its first `DIGESTS` batches are the script's own.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 from pitfalls import processes
 from pitfalls.doctor.options import DoctorOptions
 from pitfalls.doctor.report import DoctorReport, LoaderFigures
-from pitfalls.doctor.trial import LoaderSetting, Trial, describe
+from pitfalls.doctor.try_child import LoaderSetting, Trial, describe
 from pitfalls.families.loader.steady import MIN_BATCHES, TIMED_PER_PREFILLED, prefilled
 
 __all__ = ["AUTO", "DIGESTS", "Tried", "TryRow", "choose", "trial_steps", "try_settings"]
@@ -135,7 +135,7 @@ def _run_child(trial: Trial) -> dict[str, Any]:
         spec = json.dumps({**asdict(trial), "args": list(trial.args)})
         try:
             # Through the one launcher: a trial stopped at its limit takes its DataLoader workers with it.
-            done = processes.run([sys.executable, "-m", "pitfalls.doctor.trial", spec, str(out)],
+            done = processes.run([sys.executable, "-m", "pitfalls.doctor.try_child", spec, str(out)],
                                  timeout_s=trial.budget_s + START_S, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.PIPE, text=True)
         except subprocess.TimeoutExpired:

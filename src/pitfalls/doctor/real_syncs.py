@@ -1,39 +1,31 @@
-"""What only a GPU can tell: each line's real syncs, what each sync stalls, and the copy bandwidth.
+"""What only a GPU can tell: each line's real syncs and what each sync stalls (the GPU phase's instrument).
 
 During the GPU steps, PyTorch's sync debug mode warns at every synchronizing CUDA call, and a `warnings.showwarning`
 of the doctor's own places each warning at the script's line (a backward op at the forward line that built it,
 autograd's anomaly mode on, as the hazard counter does); a dispatch mode times on the host every sync-hazard op that
 touches a CUDA tensor: the wait for the device's queue to drain plus the copy that ends it. Compiled code runs
-eagerly, as under the hazard counter, so both read the same program. The copy bandwidth is timed with CUDA events
-once the script has stopped.
+eagerly, as under the hazard counter, so both read the same program.
 """
 
 from __future__ import annotations
 
 import contextlib
-import statistics
 import time
 import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from pitfalls.doctor.copies import DEVICE_TO_HOST, HOST_TO_DEVICE
 from pitfalls.probes.hostcopy import eager_stance
 from pitfalls.probes.sites import locate_dispatch, locate_dispatch_stack
 from pitfalls.probes.syncs import CUDA_SYNC_WARNING, hazard_label
 
-__all__ = ["Bandwidth", "RealSyncs", "copy_bandwidth"]
+__all__ = ["RealSyncs"]
 
-# 64 MiB: large enough that a copy's fixed latency is a few percent of it.
-BANDWIDTH_BYTES = 64 << 20
-# Timed copies of each kind, after one untimed.
-REPEATS = 3
 _Key = tuple[str, int, str]
 
 
@@ -113,42 +105,3 @@ class RealSyncs:
             found[where] = (syncs + self.syncs.get(key, 0) / steps,
                             stall + self._stall.seconds.get(key, 0.0) * 1e3 / steps)
         return found
-
-
-@dataclass(frozen=True)
-class Bandwidth:
-    """Copy bandwidth measured on the device, bytes per second, by (direction, pinned)."""
-
-    device: str
-    rates: tuple[tuple[str, bool, float], ...]
-
-    def rate(self, direction: str, pinned: bool) -> float:
-        """Bytes per second of one kind of copy."""
-        return next(rate for d, p, rate in self.rates if d == direction and p == pinned)
-
-
-def copy_bandwidth(device: torch.device) -> Bandwidth:
-    """Time copies of `BANDWIDTH_BYTES` both ways, pinned and pageable, with CUDA events (the median of `REPEATS`).
-
-    Args:
-        device: a CUDA device the script has initialized.
-
-    Returns:
-        The `Bandwidth`.
-    """
-    on_device = torch.empty(BANDWIDTH_BYTES, dtype=torch.uint8, device=device)
-    rates = []
-    for pinned in (False, True):
-        host = torch.empty(BANDWIDTH_BYTES, dtype=torch.uint8, pin_memory=pinned)
-        for direction, copy in ((HOST_TO_DEVICE, lambda h=host: on_device.copy_(h, non_blocking=True)),
-                                (DEVICE_TO_HOST, lambda h=host: h.copy_(on_device, non_blocking=True))):
-            times = []
-            for _ in range(REPEATS + 1):
-                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                begin.record()
-                copy()
-                end.record()
-                end.synchronize()
-                times.append(begin.elapsed_time(end) / 1e3)
-            rates.append((direction, pinned, BANDWIDTH_BYTES / statistics.median(times[1:])))
-    return Bandwidth(str(device), tuple(rates))

@@ -1,4 +1,4 @@
-"""What the loader's calibration rows plant alike: tiny items, a loader step over a planted data set, a row."""
+"""What the loader's calibration rows share: tiny items, a loader step over a planted data set, a row."""
 
 from __future__ import annotations
 

@@ -1,0 +1,143 @@
+"""What each phase of a run measured, one typed record a phase, and the whole run's records as the rules read them.
+
+The phase runner (`phases.Phases`) makes each record when its phase ends, from that phase's instruments alone; a
+phase that never ran has no record (None), and a phase the script cut short has the record of the steps it ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from pitfalls.doctor.copies import Bandwidth, CopySite
+from pitfalls.doctor.definitions import Definitions
+from pitfalls.doctor.report import LoaderFigures
+from pitfalls.probes.anatomy import Anatomy
+from pitfalls.probes.compiled import GraphBreakSite, Recompile
+from pitfalls.probes.group_memory import GroupMemory
+from pitfalls.probes.hostcopy import Provenance
+from pitfalls.probes.sites import LocatedHazards, SourceLine
+from pitfalls.result import Unavailable
+
+__all__ = ["GpuRecord", "MemoryRecord", "Phase", "ScanContext", "ScanRecord", "Seen", "TimedRecord"]
+
+# The phases of a run, in their order (`phases.schedule`).
+Phase = Literal["warmup", "timed", "before_scan", "scanned", "memory", "gpu"]
+_Instrument = TypeVar("_Instrument")
+
+
+@dataclass(frozen=True)
+class ScanContext:
+    """What an instrument of the scanned steps is made with.
+
+    Attributes:
+        provenance: the tensors the CUDA program would hold on the host, recorded since the first step.
+        definitions: where the script made its optimizers and convolutions.
+        real_devices: the script runs on an accelerator: a tensor is on the host when it is on the CPU.
+    """
+
+    provenance: Provenance
+    definitions: Definitions
+    real_devices: bool
+
+
+@dataclass(frozen=True)
+class TimedRecord:
+    """The timed steps.
+
+    Attributes:
+        step_s: each step's wall seconds (its device work synchronized where the script uses CUDA).
+        wait_s: each step's seconds waiting in a DataLoader's ``next()``.
+        batches: each step's batches.
+        workers: the most workers of a loader that delivered a batch.
+        began: wall time (`time.time()`) the phase began.
+        ended: wall time it ended.
+        cuda_peaks: the CUDA allocator's peak of each step, bytes (a run on CUDA).
+    """
+
+    step_s: tuple[float, ...]
+    wait_s: tuple[float, ...]
+    batches: tuple[int, ...]
+    workers: int
+    began: float
+    ended: float
+    cuda_peaks: tuple[int, ...] = ()
+
+    def during(self, when: float) -> bool:
+        """Whether a wall time (`time.time()`) falls within the timed steps."""
+        return self.began <= when <= self.ended
+
+
+@dataclass(frozen=True)
+class MemoryRecord:
+    """The memory steps: the process group's memory (this process and its loader workers), sampled."""
+
+    steps: int
+    group: GroupMemory | Unavailable
+
+
+@dataclass(frozen=True)
+class ScanRecord:
+    """The scanned steps: the hazards by line, the copies, the batches' anatomy, and every other instrument there.
+
+    Attributes:
+        steps: the steps scanned (counts per step are over these).
+        hazards: each sync hazard at its line (`HazardLocator`).
+        copies: each copy between host and device (`copies.CopyRecorder`).
+        anatomies: the batches' tensors and their smallest lossless dtypes, by the script's line that asked for them
+            (a loader whose batches have no tensor or no fixed structure has none).
+        batches: the batches delivered, by the line that asked for them.
+        instruments: each instrument a rule asked for (`rule.Rule.instrument`), after the steps, by its maker.
+    """
+
+    steps: int
+    hazards: LocatedHazards
+    copies: tuple[CopySite, ...]
+    anatomies: Mapping[SourceLine | None, Anatomy]
+    batches: Mapping[SourceLine | None, int]
+    instruments: Mapping[Callable[[ScanContext], Any], Any]
+
+    def read(self, instrument: Callable[[ScanContext], _Instrument]) -> _Instrument:
+        """The instrument a rule asked for, as it was after the scanned steps."""
+        return self.instruments[instrument]
+
+
+@dataclass(frozen=True)
+class GpuRecord:
+    """The GPU steps, under CUDA's sync debug mode: ``per_line`` {(path, line): (real syncs, stall ms) a step}."""
+
+    steps: int
+    per_line: Mapping[tuple[str, int], tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What a whole run saw, as the rules read it: each phase's record (None: the phase never ran), and what the
+    run's own watches saw from start to end.
+
+    Attributes:
+        timed: the timed steps.
+        scan: the scanned steps.
+        gpu: the GPU steps (a script on CUDA).
+        memory: the memory steps (a script off CUDA).
+        loader: the loader's figures over the timed steps (None: they took no batch).
+        loader_line: the script's line that asks for batches.
+        graph_breaks: torch.compile's graph breaks over the run.
+        recompiles: the frames compiled again over the run.
+        bandwidth: the device's copy bandwidth (None without a GPU).
+        no_gpu: why the GPU's figures were not measured ("" when they were).
+        step_functions: the script's functions on the stack at the first step's end (its loop).
+    """
+
+    timed: TimedRecord | None
+    scan: ScanRecord | None
+    gpu: GpuRecord | None
+    memory: MemoryRecord | None
+    loader: LoaderFigures | None
+    loader_line: SourceLine | None
+    graph_breaks: tuple[GraphBreakSite, ...]
+    recompiles: tuple[Recompile, ...]
+    bandwidth: Bandwidth | None
+    no_gpu: str
+    step_functions: frozenset[tuple[str, str]]
