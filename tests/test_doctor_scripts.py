@@ -62,7 +62,7 @@ def test_a_script_that_raises_gets_the_report_the_last_line_and_the_step(tmp_pat
     assert code == 1
     captured = capsys.readouterr()
     data = json.loads(captured.out)
-    assert data["error"] == {"last_line": "ValueError: planted failure in step 5", "step": 5}
+    assert data["error"] == {"last_line": "ValueError: planted failure in step 5", "step": 5, "hint": None}
     # The script's traceback follows on stderr, from its own first frame.
     assert captured.err.startswith("Traceback") and "raises.py" in captured.err.splitlines()[1]
     assert data["steps"]["total"] == 4 and data["steps"]["measured"] == 1

@@ -63,7 +63,7 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
     if script_args[:1] == ["--"]:
         script_args = script_args[1:]
     options = DoctorOptions(warmup=args.warmup, steps=args.steps, scanned=args.scanned, budget_s=args.budget,
-                            digests=DIGESTS if args.tries else 0)
+                            digests=DIGESTS if args.tries else 0, cuda_on_cpu=args.cuda_on_cpu)
     try:
         saved = baseline.load(Path(args.baseline)) if args.baseline else None
         save = Path(args.save_baseline) if args.save_baseline else None
@@ -143,6 +143,10 @@ def register(commands: Any) -> None:
     parser.add_argument("--budget", type=positive(float), default=DEFAULT_BUDGET_S, metavar="SECONDS",
                         help=f"stop the script after this many seconds wherever it is (default {DEFAULT_BUDGET_S:g})")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--cuda-on-cpu", action="store_true",
+                        help="run a script written for CUDA on this CPU, taking its GPU path: its CUDA tensors live "
+                             "on the CPU and read as device data, nccl runs on gloo, autocast and GradScaler on the "
+                             "CPU (docs/doctor.md, --cuda-on-cpu)")
     parser.add_argument("--try", dest="tries", action="append", type=_try_argument, metavar="SETTING",
                         help="run the script again, in fresh processes, with each DataLoader setting (repeatable): "
                              "'loader' chooses them from the cores and the measured wait, or give one, e.g. "

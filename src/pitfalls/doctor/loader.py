@@ -23,6 +23,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _MultiProcessingDataLoaderIter
 
+from pitfalls.doctor.cuda_on_cpu import kept_modes
 from pitfalls.doctor.phases import Phases
 from pitfalls.doctor.steps import StepCounter
 from pitfalls.probes.sites import SourceLine, locate_dispatch, source_line
@@ -32,9 +33,11 @@ __all__ = ["LoaderStart", "LoaderWatch"]
 
 @contextlib.contextmanager
 def no_modes() -> Iterator[None]:
-    """Run the block with no torch function mode and no dispatch mode; the stacks are as they were after it."""
+    """Run the block with no torch function mode and no dispatch mode but ``--cuda-on-cpu``'s, at the bottom of the
+    stack (a dataset or a collate that calls CUDA still runs on the CPU); the stacks are as they were after it."""
     functions = []
-    while torch._C._len_torch_function_stack() > 0:
+    kept = kept_modes()
+    while torch._C._len_torch_function_stack() > kept:
         functions.append(_pop_mode())
     try:
         with _disable_current_modes():

@@ -35,6 +35,8 @@ class DoctorOptions:
         trial: a trial of `--try`: the timed steps' times and waits alone (no memory sampled), and the run stopped
             after them.
         digests: the first batches whose digests are kept (`phases.batch_digest`), to compare runs' batches.
+        cuda_on_cpu: run a script written for CUDA on the CPU, its CUDA calls mapped there
+            (`pitfalls.doctor.cuda_on_cpu`).
     """
 
     warmup: int = DEFAULT_WARMUP
@@ -44,6 +46,7 @@ class DoctorOptions:
     memory: int = DEFAULT_MEMORY
     trial: bool = False
     digests: int = 0
+    cuda_on_cpu: bool = False
 
     def __post_init__(self) -> None:
         for name, least in (("warmup", 1), ("steps", 1), ("scanned", 1), ("memory", 1), ("digests", 0)):

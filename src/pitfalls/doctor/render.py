@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pitfalls.doctor.baseline import Comparison
-from pitfalls.doctor.report import DoctorReport, Finding
+from pitfalls.doctor.report import CudaOnCpuFigures, DoctorReport, Finding
 from pitfalls.doctor.try_settings import Tried
 from pitfalls.units import human_bytes
 
@@ -40,6 +40,13 @@ def _steps(report: DoctorReport) -> str:
     memory = f", {s.memory} for memory" if s.memory else ""
     return (f"{s.total} steps ({s.warmup} warm-up, {s.measured} timed, {s.before_scan} before the scan, "
             f"{s.scanned} scanned{memory}{gpu}), counted by {by}; {report.ended}")
+
+
+def _cuda_on_cpu(mapped: CudaOnCpuFigures) -> str:
+    calls = ", ".join(f"{count} {kind}" for kind, count in mapped.calls) or "no CUDA call"
+    major, minor = mapped.capability
+    return (f"CUDA mapped onto the CPU (--cuda-on-cpu): {calls}; the device answers as {mapped.device} (compute "
+            f"capability {major}.{minor}), {mapped.devices} device(s); the timings are the CPU's")
 
 
 def _findings(report: DoctorReport, console: Console, bases: tuple[Path, ...]) -> None:
@@ -106,9 +113,13 @@ def render(report: DoctorReport, console: Console) -> None:
     script = _where(report.script, None, (Path.cwd().resolve(),))
     console.print(Text(f"pitfalls doctor {script} {' '.join(report.argv)}".rstrip()))
     console.print(Text(_steps(report)))
+    if report.cuda_on_cpu is not None:
+        console.print(Text(_cuda_on_cpu(report.cuda_on_cpu)))
     if report.failure is not None:
         where = f"in step {report.failure.step}" if report.failure.step else "before its first step"
         console.print(Text(f"the script failed {where}: {report.failure.last_line}", style="red"))
+        if report.failure.hint:
+            console.print(Text(f"hint: {report.failure.hint}"))
     # Lines are shown from the script's folder (or the working one) when they lie inside it.
     bases = (Path(report.script).resolve().parent, Path.cwd().resolve())
     _findings(report, console, bases)

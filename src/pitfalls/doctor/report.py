@@ -14,8 +14,8 @@ from pitfalls.probes.compiled import GraphBreakSite
 from pitfalls.probes.sites import SourceLine
 
 __all__ = [
-    "CompileSummary", "CopyRow", "CountedBy", "DoctorReport", "Failure", "Finding", "FindingKind", "LoaderFigures",
-    "MemoryFigures", "OneOff", "RealSyncRow", "RecompileRow", "StepsDone", "line_fields", "rank",
+    "CompileSummary", "CopyRow", "CountedBy", "CudaOnCpuFigures", "DoctorReport", "Failure", "Finding", "FindingKind",
+    "LoaderFigures", "MemoryFigures", "OneOff", "RealSyncRow", "RecompileRow", "StepsDone", "line_fields", "rank",
 ]
 
 # What a finding is a cost of.
@@ -136,11 +136,13 @@ class Failure:
         last_line: the exception's last line, e.g. "ValueError: bad batch".
         step: the step it happened in (1 for the first; 0 before the first step began).
         traceback: the exception's traceback from the script's first frame ("" for an exit status).
+        hint: what to do about it, on its own line ("" when there is nothing to add).
     """
 
     last_line: str
     step: int
     traceback: str = ""
+    hint: str = ""
 
 
 @dataclass(frozen=True)
@@ -254,6 +256,28 @@ class OneOff:
 
 
 @dataclass(frozen=True)
+class CudaOnCpuFigures:
+    """What ``--cuda-on-cpu`` mapped (`pitfalls.doctor.cuda_on_cpu`).
+
+    Attributes:
+        device: the name the mapped device answers with.
+        capability: its compute capability.
+        devices: the CUDA devices the script saw.
+        calls: the mapped calls by kind ("tensors moved to cuda", "set_device", ...), the most first.
+    """
+
+    device: str
+    capability: tuple[int, int]
+    devices: int
+    calls: tuple[tuple[str, int], ...]
+
+    def as_json(self) -> dict[str, Any]:
+        """The JSON report's ``cuda_on_cpu`` entry."""
+        return {"device": self.device, "capability": list(self.capability), "devices": self.devices,
+                "calls": dict(self.calls)}
+
+
+@dataclass(frozen=True)
 class DoctorReport:
     """What one run of a script under the doctor found.
 
@@ -277,6 +301,7 @@ class DoctorReport:
         no_gpu: why the GPU's figures were not measured (`reasons.NO_GPU`, `reasons.SCRIPT_NO_GPU`), or "" when
             they were.
         digests: the digests of the first batches, when they were asked for (`DoctorOptions.digests`).
+        cuda_on_cpu: what ``--cuda-on-cpu`` mapped, or None without it.
     """
 
     script: str
@@ -297,6 +322,7 @@ class DoctorReport:
     wall_s: float
     no_gpu: str = NO_GPU
     digests: tuple[str, ...] = ()
+    cuda_on_cpu: CudaOnCpuFigures | None = None
 
     @property
     def syncs_agree(self) -> bool | None:
@@ -322,7 +348,7 @@ class DoctorReport:
             "steps": asdict(self.steps),
             "ended": self.ended,
             "error": None if self.failure is None else {"last_line": self.failure.last_line,
-                                                        "step": self.failure.step},
+                                                        "step": self.failure.step, "hint": self.failure.hint or None},
             "step_ms": (None if self.step_ms is None
                         else dict(zip(("median", "p90", "mean"), self.step_ms, strict=True))),
             "findings": [finding.as_json() for finding in self.findings],
@@ -338,4 +364,5 @@ class DoctorReport:
             "explained_share": self.explained,
             "not_measured": list(self.not_measured),
             "wall_s": self.wall_s,
+            "cuda_on_cpu": None if self.cuda_on_cpu is None else self.cuda_on_cpu.as_json(),
         }

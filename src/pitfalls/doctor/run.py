@@ -9,6 +9,8 @@ would on its own, whatever ran before it here.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import statistics
 import sys
@@ -21,6 +23,7 @@ import torch
 
 from pitfalls.doctor import reasons, rules
 from pitfalls.doctor.copies import Bandwidth, copy_bandwidth
+from pitfalls.doctor.cuda_on_cpu import CudaOnCpu, explain_failure
 from pitfalls.doctor.loader import LoaderWatch
 from pitfalls.doctor.options import DoctorOptions
 from pitfalls.doctor.phases import Phases, StopRun
@@ -76,7 +79,8 @@ def _execute(script: Script, namespace: dict[str, object], counter: StepCounter)
                        Failure(f"SystemExit: {code}", in_step()))
     except Exception as error:  # the script's own error: reported with what was measured before it
         last = traceback.format_exception_only(type(error), error)[-1].strip().splitlines()[0]
-        return _Ending(f"the script raised after {steps()}", Failure(last, in_step(), scanned_traceback(error)))
+        failure = explain_failure(Failure(last, in_step(), scanned_traceback(error)), error)  # a CUDA call on a CPU
+        return _Ending(f"the script raised after {steps()}", failure)
     return _Ending(f"the script ended after {steps()}")
 
 
@@ -202,11 +206,14 @@ def run_doctor(
     counter = StepCounter(budget, phases)
     watch = LoaderWatch(counter, phases)
     compiles = CompileWatch()
-    ending = _run(loaded, args, phases, budget, counter, watch, compiles, quiet_stdout)
+    # --cuda-on-cpu: entered before the script, so its mode is below every instrument the phases enter.
+    with CudaOnCpu(phases.provenance) if options.cuda_on_cpu else contextlib.nullcontext() as mapped:
+        ending = _run(loaded, args, phases, budget, counter, watch, compiles, quiet_stdout)
     bandwidth: Bandwidth | None = None
     if phases.on_cuda and torch.cuda.is_initialized():
         bandwidth = copy_bandwidth(torch.device("cuda", torch.cuda.current_device()))
-    return _report(loaded, args, phases, counter, watch, compiles, ending, bandwidth, time.perf_counter() - began)
+    report = _report(loaded, args, phases, counter, watch, compiles, ending, bandwidth, time.perf_counter() - began)
+    return report if mapped is None else dataclasses.replace(report, cuda_on_cpu=mapped.figures())
 
 
 def _report(script: Script, args: Sequence[str], phases: Phases, counter: StepCounter, watch: LoaderWatch,

@@ -106,7 +106,8 @@ def applied(setting: LoaderSetting) -> Iterator[None]:
 @dataclass(frozen=True)
 class Trial:
     """What one trial runs: the script with its arguments, the DataLoader arguments to override (empty: the
-    script's own), and the doctor's warm-up and timed steps, batches digested and budget (as `DoctorOptions`)."""
+    script's own), and the doctor's warm-up and timed steps, batches digested, budget and ``--cuda-on-cpu`` (as
+    `DoctorOptions`)."""
 
     script: str
     args: tuple[str, ...]
@@ -115,12 +116,13 @@ class Trial:
     steps: int = 10
     digests: int = 4
     budget_s: float = 300.0
+    cuda_on_cpu: bool = False
 
 
 def run_trial(trial: Trial) -> dict[str, Any]:
     """Run one trial in this process; returns what it measured (see the module's docstring)."""
     options = DoctorOptions(warmup=trial.warmup, steps=trial.steps, budget_s=trial.budget_s, trial=True,
-                            digests=trial.digests)
+                            digests=trial.digests, cuda_on_cpu=trial.cuda_on_cpu)
     with applied(trial.setting):
         report = run_doctor(trial.script, trial.args, options, quiet_stdout=True)
     loader = report.loader

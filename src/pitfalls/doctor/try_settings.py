@@ -166,7 +166,7 @@ def try_settings(report: DoctorReport, options: DoctorOptions, settings: Sequenc
 
     def trial(setting: LoaderSetting) -> dict[str, Any]:
         return run(Trial(script=report.script, args=report.argv, setting=dict(setting), warmup=warmup, steps=steps,
-                         digests=DIGESTS, budget_s=options.budget_s))
+                         digests=DIGESTS, budget_s=options.budget_s, cuda_on_cpu=options.cuda_on_cpu))
 
     tried: list[LoaderSetting] = [{}, *settings]
     results = [(setting, trial(setting)) for setting in tried]

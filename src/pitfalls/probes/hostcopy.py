@@ -1,9 +1,9 @@
 """Host copies and host-made tensors, seen at the Python API, so a CPU run counts what a CUDA run would sync.
 
 On a CPU tensor `.cpu()`, `.to("cpu")`, `.tolist()` and printing dispatch no ATen copy, so a dispatch mode never
-sees them; on CUDA each is a blocking device-to-host copy. The same holds the other way: `.to(device)` of a
-host-made tensor and `torch.tensor(data, device=...)` dispatch no copy on a CPU run and are blocking
-host-to-device copies on CUDA. `HostCopyMode`, a `TorchFunctionMode` entered beside
+sees them; on CUDA each is a blocking device-to-host copy. The same holds the other way: `.to(device)` (a device
+index too, `.to(rank)`) and `.cuda()` of a host-made tensor and `torch.tensor(data, device=...)` dispatch no copy on
+a CPU run and are blocking host-to-device copies on CUDA. `HostCopyMode`, a `TorchFunctionMode` entered beside
 the hazard counter's dispatch mode, records them at the Python call, on any device, and keeps the dispatch mode
 quiet for the ATen calls they make inside (on CUDA the `_to_copy`, inside `print` the `.item()` calls), so each
 such call counts once and the per-line counts of a program are the same on the CPU and on CUDA.
@@ -220,6 +220,16 @@ class HostCopyMode(TorchFunctionMode):
             return None  # device data: a copy on the device, or none at all
         return f"torch.{func.__name__} (host to device)"
 
+    def _to_device_label(self, call: str, src: torch.Tensor, from_device: bool, non_blocking: bool) -> str | None:
+        """The label of a copy of ``src`` to the device by ``call`` ("Tensor.to"), or None when it does not wait."""
+        # Host data to the device: blocking unless non_blocking (which CUDA's sync debug mode never flags, even
+        # from pageable memory, where the driver stages the copy). A factory's fill is named in the label: its
+        # fix (make it on the device) is not a batch's (pinned memory and non_blocking=True).
+        if from_device or non_blocking:
+            return None
+        made_by = self._provenance.made_by(src)
+        return f"{call} of {made_by}'s tensor (host to device)" if made_by else f"{call} (host to device)"
+
     def _copy_label(self, func: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[str | None, str | None]:
         """The label of the blocking copy between host and device this call is (or None), and where its result
         is: `_HOST`, `_DEVICE` (a copy to the device), or None (the other rules tell)."""
@@ -231,6 +241,8 @@ class HostCopyMode(TorchFunctionMode):
         from_device = not self._provenance.on_host(src)
         if func is torch.Tensor.cpu:
             return ("Tensor.cpu (device to host)" if from_device else None), _HOST
+        if func is torch.Tensor.cuda:
+            return self._to_device_label("Tensor.cuda", src, from_device, to_non_blocking(args, kwargs)), _DEVICE
         if func is torch.Tensor.to:
             target = args[1] if len(args) > 1 else kwargs.get("device", kwargs.get("other"))
             if isinstance(target, torch.Tensor):
@@ -241,19 +253,14 @@ class HostCopyMode(TorchFunctionMode):
                 if target.type == "cpu" and src.device.type != "cpu":
                     return None, _HOST  # on an accelerator the dispatch rules see the real copy to the host
                 to_host = False  # taken for the program's device
+            elif isinstance(target, int) and not isinstance(target, bool):
+                to_host = False  # a device index, `.to(rank)`: the accelerator's
             else:
                 return None, (None if from_device else _HOST)  # a dtype: the tensor stays where it is
             non_blocking = to_non_blocking(args, kwargs)
             if to_host:
                 return ("Tensor.to (device to host)" if from_device and not non_blocking else None), _HOST
-            # Host data to the device: blocking unless non_blocking (which CUDA's sync debug mode never flags, even
-            # from pageable memory, where the driver stages the copy). A factory's fill is named in the label: its
-            # fix (make it on the device) is not a batch's (pinned memory and non_blocking=True).
-            if from_device or non_blocking:
-                return None, _DEVICE
-            made_by = self._provenance.made_by(src)
-            return (f"Tensor.to of {made_by}'s tensor (host to device)" if made_by
-                    else "Tensor.to (host to device)"), _DEVICE
+            return self._to_device_label("Tensor.to", src, from_device, non_blocking), _DEVICE
         if not from_device or src.numel() == 0:
             return None, None
         if func is torch.Tensor.tolist:
