@@ -79,8 +79,8 @@ def one_rank(monkeypatch):
 
 def test_a_ddp_script_run_as_one_rank_reads_its_two_blocking_batch_copies_and_nothing_else(one_rank):
     path = SCRIPTS / "ddp_train.py"
-    # environ={}: the launcher check reads no torchrun variable, while the script reads them from os.environ.
-    report = run_doctor(path, ("5",), MAPPED, environ={})
+    # No ranks given: the doctor meets no other rank, while the script reads torchrun's variables from os.environ.
+    report = run_doctor(path, ("5",), MAPPED)
     assert report.failure is None and report.steps.scanned == 5
     source, targets = line_of(path, "source = source.to(gpu)"), line_of(path, "targets = targets.to(gpu)")
     found = [f for f in report.findings if f.kind == "sync"]

@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 
 from pitfalls import cli
-from pitfalls.doctor import DoctorOptions, ScriptError, run_doctor
+from pitfalls.doctor import DoctorOptions, run_doctor
 from pitfalls.doctor.render import render
 
 EXAMPLES = Path(__file__).resolve().parent / "doctor_examples"
@@ -108,16 +108,6 @@ def test_bad_scripts_get_one_line_and_exit_2(tmp_path, capsys, make, message):
 def _write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
-
-
-def test_a_script_under_torchrun_is_refused_with_one_line(monkeypatch, capsys):
-    monkeypatch.setenv("RANK", "1")
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    assert cli.main(["doctor", str(EXAMPLES / "adamw_clean.py"), "--", "--lr", "1"]) == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert "RANK=1, WORLD_SIZE=2" in line and "not supported yet" in line
-    with pytest.raises(ScriptError, match="torchrun"):
-        run_doctor(EXAMPLES / "adamw_clean.py", (), environ={"LOCAL_RANK": "0"})
 
 
 @pytest.mark.parametrize("argv", [["--steps", "0"], ["--budget", "-1"], ["--warmup", "x"]])

@@ -12,13 +12,17 @@ local user who finds the port cannot guess where to write a command.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import socket
+from collections.abc import Iterator
+from typing import Any
 
+import torch.distributed
 from torch.distributed import TCPStore
 
 __all__ = ["CONTROL_ENV", "LAUNCHER_ENV", "LOOPBACK", "PART_BYTES", "SECRET_ENV", "get_value",
-           "loopback_store", "set_value"]
+           "loopback_store", "loopback_stores", "set_value"]
 
 LOOPBACK = "127.0.0.1"
 CONTROL_ENV = "PITFALLS_GROUP_CONTROL"
@@ -31,20 +35,49 @@ PART_BYTES = 4 * 2**20
 _PARTS = b"\0pitfalls-parts:"
 
 
+def _listening(port: int = 0) -> tuple[int, int]:
+    """A socket bound to 127.0.0.1 and listening, as (its descriptor, its port): port 0 is the kernel's pick (no
+    race for it). The store it is given to owns the descriptor: closing the Python socket would close it there."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind((LOOPBACK, port))
+    listener.listen(128)
+    picked = int(listener.getsockname()[1])
+    return listener.detach(), picked
+
+
 def loopback_store(timeout_s: float) -> TCPStore:
-    """A master ``TCPStore`` that listens on 127.0.0.1 only, on a port the kernel picked (no race for it).
+    """A master ``TCPStore`` that listens on 127.0.0.1 only, on a port the kernel picked.
 
     Args:
         timeout_s: the store's default timeout for ``get`` and ``wait``.
     """
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind((LOOPBACK, 0))
-    listener.listen(128)
-    port = int(listener.getsockname()[1])
-    # The store owns the descriptor from here: closing the Python socket would close it under the store.
-    fd = listener.detach()
+    fd, port = _listening()
     return TCPStore(LOOPBACK, port, is_master=True, wait_for_workers=False,
                     timeout=datetime.timedelta(seconds=timeout_s), master_listen_fd=fd)
+
+
+@contextlib.contextmanager
+def loopback_stores() -> Iterator[None]:
+    """Inside the block, every master ``TCPStore`` this process makes through ``torch.distributed.TCPStore`` (and the
+    c10d rendezvous backend's own name for it) listens on 127.0.0.1 only: torchrun's agent makes its stores so, and
+    whatever host it is given they would listen on every interface."""
+    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend
+
+    original = torch.distributed.TCPStore
+
+    def on_loopback(host_name: str, port: int = 0, *args: Any, **kwargs: Any) -> TCPStore:
+        if kwargs.get("is_master") and kwargs.get("master_listen_fd") is None:
+            kwargs["master_listen_fd"], port = _listening(port)
+            host_name = LOOPBACK
+        return original(host_name, port, *args, **kwargs)
+
+    torch.distributed.TCPStore = on_loopback  # type: ignore[misc,assignment]
+    c10d_rendezvous_backend.TCPStore = on_loopback  # type: ignore[misc,assignment]
+    try:
+        yield
+    finally:
+        torch.distributed.TCPStore = original  # type: ignore[misc]
+        c10d_rendezvous_backend.TCPStore = original  # type: ignore[misc]
 
 
 def set_value(store: TCPStore, key: str, value: bytes) -> None:

@@ -24,8 +24,10 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from pitfalls.doctor import rules
 from pitfalls.doctor.copies import CopyRecorder
+from pitfalls.doctor.ddp_watch import DdpWatch
 from pitfalls.doctor.definitions import Definitions
 from pitfalls.doctor.options import BEFORE_SCAN_STEPS, DoctorOptions
+from pitfalls.doctor.ranks import Ranks
 from pitfalls.doctor.real_syncs import RealSyncs
 from pitfalls.doctor.records import GpuRecord, MemoryRecord, Phase, ScanContext, ScanRecord, TimedRecord
 from pitfalls.probes.anatomy import Anatomy, anatomy
@@ -119,13 +121,16 @@ def _anatomy(batches: list[Any]) -> Anatomy | None:
 
 class Phases:
     """Move a run through its phases at each step's end (see the module docstring); ``options``: the steps of each
-    phase. Each phase's record is in the attribute of its name once it has ended (`timed`, `scan`, `memory`, `gpu`);
-    `ran` holds the steps each phase ran; `definitions` records where the script made its optimizers and
-    convolutions, for the whole run."""
+    phase; ``ranks``: the other ranks, under torchrun, met at each phase's end. Each phase's record is in the
+    attribute of its name once it has ended (`timed`, `scan`, `memory`, `gpu`); `ran` holds the steps each phase
+    ran; `definitions` records where the script made its optimizers and convolutions, and `ddp` its DDP modules, for
+    the whole run."""
 
-    def __init__(self, options: DoctorOptions) -> None:
+    def __init__(self, options: DoctorOptions, ranks: Ranks | None = None) -> None:
         self.options = options
+        self.ranks = ranks
         self.definitions = Definitions()
+        self.ddp = DdpWatch()
         self.provenance = Provenance()
         self.schedule = schedule(options, on_cuda=False)
         self.phase: Phase | None = None
@@ -135,6 +140,7 @@ class Phases:
         self.memory: MemoryRecord | None = None
         self.gpu: GpuRecord | None = None
         self.on_cuda = False
+        self.done = False  # every phase ran its steps
         self.digests: list[str] = []
         self.first_step_s: float | None = None
         self.began = time.perf_counter()
@@ -151,6 +157,7 @@ class Phases:
         self._steps: list[tuple[float, float, int, int]] = []  # timed: (seconds, wait, batches, CUDA peak)
         self._workers = 0
         self._began_wall = 0.0
+        self._asked: Counter[SourceLine | None] = Counter()  # timed: the batches asked for, by line
         self._kept: dict[SourceLine | None, list[Any]] = {}  # scanned: batches copied for their anatomy, by line
         self._delivered: Counter[SourceLine | None] = Counter()
 
@@ -167,6 +174,7 @@ class Phases:
             self._wait += seconds
             self._batches += 1
             self._workers = max(self._workers, workers)
+            self._asked[line] += 1
         self.provenance.add(batch)  # made by the loader on the host, as on a GPU, whatever the phase
         if pinned:
             self.provenance.pin(batch)
@@ -218,6 +226,7 @@ class Phases:
                 peak = int(torch.cuda.max_memory_allocated())
                 torch.cuda.reset_peak_memory_stats()
             self._steps.append((now - self._last, self._wait, self._batches, peak))
+            self.ddp.sample()
         self._wait, self._batches = 0.0, 0
         if steps - self._from == self.schedule[self._index][1]:
             self._end(steps)
@@ -231,18 +240,25 @@ class Phases:
             self._end(steps)
 
     def _next(self, steps: int) -> None:
-        """Enter the next phase of the schedule, or stop the run after the last."""
+        """Enter the next phase of the schedule, or stop the run after the last; under torchrun, once every rank has
+        ended the phase before."""
         self.schedule = schedule(self.options, self.on_cuda or _cuda())
         self._index += 1
         if self._index == len(self.schedule):
             self.phase = None
             self._done(steps)
+        if self.ranks is not None:
+            stopped = self.ranks.barrier(self.schedule[self._index][0])
+            if stopped is not None:
+                self.phase = None
+                raise StopRun(stopped)
         self.phase, self._from = self.schedule[self._index][0], steps
         if self.phase == "warmup":
             self._enter({"keep": keep_provenance(self.provenance)})
         elif self.phase == "timed":
             self.on_cuda = _cuda()
             self._began_wall = time.time()
+            self.ddp.start()
             if self.on_cuda:
                 torch.cuda.reset_peak_memory_stats()
         elif self.phase == "before_scan":
@@ -267,7 +283,8 @@ class Phases:
         if phase == "timed" and self._steps:
             step_s, wait_s, batches, peaks = (tuple(column) for column in zip(*self._steps, strict=True))
             self.timed = TimedRecord(step_s, wait_s, batches, self._workers, self._began_wall, time.time(),
-                                     peaks if self.on_cuda else ())
+                                     peaks if self.on_cuda else (), self.ddp.figures(),
+                                     self._asked.most_common(1)[0][0] if self._asked else None)
         elif phase == "scanned" and done:
             self.scan = ScanRecord(
                 done, instruments.pop(HazardLocator).result, instruments.pop(CopyRecorder).sites,
@@ -281,6 +298,7 @@ class Phases:
         self.phase = None
 
     def _done(self, steps: int) -> NoReturn:
+        self.done = True
         raise StopRun(f"its {steps} steps are done")
 
     def short(self, steps: int) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from pitfalls.doctor.copies import Bandwidth, CopySite
+from pitfalls.doctor.ddp_watch import DdpFigures
 from pitfalls.doctor.definitions import Definitions
 from pitfalls.doctor.report import LoaderFigures
 from pitfalls.probes.anatomy import Anatomy
@@ -54,6 +55,8 @@ class TimedRecord:
         began: wall time (`time.time()`) the phase began.
         ended: wall time it ended.
         cuda_peaks: the CUDA allocator's peak of each step, bytes (a run on CUDA).
+        ddp: DistributedDataParallel's communication per step (None: the script built no DDP module).
+        loader_line: the script's line that asked for most of the timed steps' batches (None: no batch).
     """
 
     step_s: tuple[float, ...]
@@ -63,6 +66,8 @@ class TimedRecord:
     began: float
     ended: float
     cuda_peaks: tuple[int, ...] = ()
+    ddp: DdpFigures | None = None
+    loader_line: SourceLine | None = None
 
     def during(self, when: float) -> bool:
         """Whether a wall time (`time.time()`) falls within the timed steps."""
@@ -122,7 +127,7 @@ class Seen:
         gpu: the GPU steps (a script on CUDA).
         memory: the memory steps (a script off CUDA).
         loader: the loader's figures over the timed steps (None: they took no batch).
-        loader_line: the script's line that asks for batches.
+        loader_line: the script's line that asked for the timed steps' batches (or, with none timed, the first).
         graph_breaks: torch.compile's graph breaks over the run.
         recompiles: the frames compiled again over the run.
         bandwidth: the device's copy bandwidth (None without a GPU).

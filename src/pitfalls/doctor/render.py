@@ -111,7 +111,8 @@ def _details(report: DoctorReport, console: Console, bases: tuple[Path, ...]) ->
 def render(report: DoctorReport, console: Console) -> None:
     """Print a report: the steps, the ranked findings, the phases' figures, what explains the step."""
     script = _where(report.script, None, (Path.cwd().resolve(),))
-    console.print(Text(f"pitfalls doctor {script} {' '.join(report.argv)}".rstrip()))
+    rank = "" if report.rank is None else f" (rank {report.rank}; every rank's figures after its report)"
+    console.print(Text(f"pitfalls doctor {script} {' '.join(report.argv)}".rstrip() + rank))
     console.print(Text(_steps(report)))
     if report.cuda_on_cpu is not None:
         console.print(Text(_cuda_on_cpu(report.cuda_on_cpu)))

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from pitfalls.doctor.copies import Direction
+from pitfalls.doctor.ddp_watch import DdpFigures
 from pitfalls.doctor.reasons import NO_GPU
 from pitfalls.families.loader.verdict import Bound
 from pitfalls.probes.compiled import GraphBreakSite
@@ -302,6 +303,8 @@ class DoctorReport:
             they were.
         digests: the digests of the first batches, when they were asked for (`DoctorOptions.digests`).
         cuda_on_cpu: what ``--cuda-on-cpu`` mapped, or None without it.
+        ddp: DistributedDataParallel's communication per timed step (None: no DDP module, or no step timed).
+        rank: the rank under torchrun (None: one process).
     """
 
     script: str
@@ -323,6 +326,8 @@ class DoctorReport:
     no_gpu: str = NO_GPU
     digests: tuple[str, ...] = ()
     cuda_on_cpu: CudaOnCpuFigures | None = None
+    ddp: DdpFigures | None = None
+    rank: int | None = None
 
     @property
     def syncs_agree(self) -> bool | None:
@@ -365,4 +370,6 @@ class DoctorReport:
             "not_measured": list(self.not_measured),
             "wall_s": self.wall_s,
             "cuda_on_cpu": None if self.cuda_on_cpu is None else self.cuda_on_cpu.as_json(),
+            "ddp": None if self.ddp is None else asdict(self.ddp),
+            **({} if self.rank is None else {"rank": self.rank}),
         }

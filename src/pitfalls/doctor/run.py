@@ -16,7 +16,7 @@ import statistics
 import sys
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -27,6 +27,7 @@ from pitfalls.doctor.cuda_on_cpu import CudaOnCpu, explain_failure
 from pitfalls.doctor.loader import LoaderWatch
 from pitfalls.doctor.options import DoctorOptions
 from pitfalls.doctor.phases import Phases, StopRun
+from pitfalls.doctor.ranks import Ranks
 from pitfalls.doctor.records import ScanRecord, Seen, TimedRecord
 from pitfalls.doctor.report import (
     CompileSummary,
@@ -42,10 +43,11 @@ from pitfalls.doctor.report import (
     line_fields,
     rank,
 )
-from pitfalls.doctor.script import Script, as_main, check_single_process, load_script
+from pitfalls.doctor.script import Script, as_main, load_script
 from pitfalls.doctor.steps import Budget, StepCounter
 from pitfalls.families.loader.verdict import Verdict
 from pitfalls.probes.compiled import CompileWatch, reset_dynamo
+from pitfalls.probes.sites import SourceLine
 from pitfalls.result import Unavailable
 from pitfalls.targets import scanned_traceback
 
@@ -89,7 +91,7 @@ def _run(script: Script, args: Sequence[str], phases: Phases, budget: Budget, co
     ending: _Ending | None = None
     out = sys.stdout
     try:
-        with compiles, phases.definitions, counter, watch, as_main(script, args) as namespace:
+        with compiles, phases.definitions, phases.ddp, counter, watch, as_main(script, args) as namespace:
             if quiet_stdout:
                 sys.stdout = sys.stderr  # --json owns stdout; the script's own output goes to stderr
             try:
@@ -105,14 +107,14 @@ def _run(script: Script, args: Sequence[str], phases: Phases, budget: Budget, co
     return ending if ending is not None else _Ending("stopped before the script's end")
 
 
-def _loader(timed: TimedRecord | None, scan: ScanRecord | None, watch: LoaderWatch) -> LoaderFigures | None:
-    """The loader's figures over the timed steps, with its batch's anatomy from the scan; None when the timed steps
-    took no batch."""
+def _loader(timed: TimedRecord | None, scan: ScanRecord | None, line: SourceLine | None) -> LoaderFigures | None:
+    """The loader's figures over the timed steps, with the anatomy of the batches asked for at ``line`` from the
+    scan; None when the timed steps took no batch."""
     if timed is None or sum(timed.batches) == 0:
         return None
     step_s, wait_s = statistics.fmean(timed.step_s), statistics.fmean(timed.wait_s)
     verdict = Verdict(sum(timed.wait_s) / sum(timed.step_s), step_s, wait_s, timed.workers)
-    shape = scan.anatomies.get(watch.line) if scan is not None else None
+    shape = scan.anatomies.get(line) if scan is not None else None
     tensors = tuple(
         {"tensor": t.path, "shape": list(t.shape), "dtype": t.dtype, "bytes": t.bytes,
          "smallest_lossless": t.smaller_dtype, "bytes_then": t.bytes_if_smaller, "how": t.how}
@@ -178,7 +180,7 @@ def run_doctor(
     args: Sequence[str] = (),
     options: DoctorOptions | None = None,
     *,
-    environ: Mapping[str, str] | None = None,
+    ranks: Ranks | None = None,
     quiet_stdout: bool = False,
 ) -> DoctorReport:
     """Run a training script unchanged, in this process, under each instrument in turn, and report.
@@ -187,33 +189,37 @@ def run_doctor(
         script: the script's path.
         args: its arguments.
         options: the steps of each phase and the budget (None: the defaults).
-        environ: the environment to check for a distributed launcher (None: `os.environ`).
+        ranks: the other ranks, where torchrun started this one (`Ranks.from_environ`): the phases end together,
+            and the run's end stops the others (None: one process; each rank of a torchrun then runs on its own).
         quiet_stdout: send the script's standard output to standard error (stdout is the JSON report's).
 
     Returns:
         The `DoctorReport`.
 
     Raises:
-        ScriptError: the script is missing, is not valid Python, or was started under a launcher.
+        ScriptError: the script is missing or is not valid Python.
     """
     options = options or DoctorOptions()
-    check_single_process(environ)
     loaded = load_script(script)
     reset_dynamo()  # the script compiles as in a fresh process, whatever this one compiled before
     began = time.perf_counter()
-    phases = Phases(options)
+    phases = Phases(options, ranks)
     budget = Budget(options.budget_s)
     counter = StepCounter(budget, phases)
     watch = LoaderWatch(counter, phases)
     compiles = CompileWatch()
     # --cuda-on-cpu: entered before the script, so its mode is below every instrument the phases enter.
-    with CudaOnCpu(phases.provenance) if options.cuda_on_cpu else contextlib.nullcontext() as mapped:
+    with ranks if ranks is not None else contextlib.nullcontext(), \
+            CudaOnCpu(phases.provenance) if options.cuda_on_cpu else contextlib.nullcontext() as mapped:
         ending = _run(loaded, args, phases, budget, counter, watch, compiles, quiet_stdout)
+        if ranks is not None and not phases.done:  # a run that ended early stops the other ranks at their barrier
+            ranks.ended(ending.how)
     bandwidth: Bandwidth | None = None
     if phases.on_cuda and torch.cuda.is_initialized():
         bandwidth = copy_bandwidth(torch.device("cuda", torch.cuda.current_device()))
     report = _report(loaded, args, phases, counter, watch, compiles, ending, bandwidth, time.perf_counter() - began)
-    return report if mapped is None else dataclasses.replace(report, cuda_on_cpu=mapped.figures())
+    return dataclasses.replace(report, rank=None if ranks is None else ranks.rank,
+                               cuda_on_cpu=None if mapped is None else mapped.figures())
 
 
 def _report(script: Script, args: Sequence[str], phases: Phases, counter: StepCounter, watch: LoaderWatch,
@@ -227,7 +233,8 @@ def _report(script: Script, args: Sequence[str], phases: Phases, counter: StepCo
     unavailable = "; ".join(x.reason for x in (breaks, recompiles) if isinstance(x, Unavailable))
     breaks = () if isinstance(breaks, Unavailable) else breaks
     recompiles = () if isinstance(recompiles, Unavailable) else recompiles
-    seen = Seen(timed, scan, phases.gpu, phases.memory, _loader(timed, scan, watch), watch.line, breaks, recompiles,
+    line = timed.loader_line if timed is not None and timed.loader_line is not None else watch.line
+    seen = Seen(timed, scan, phases.gpu, phases.memory, _loader(timed, scan, line), line, breaks, recompiles,
                 bandwidth, no_gpu, counter.step_functions)
     step_ms = None
     if timed is not None:
@@ -262,4 +269,5 @@ def _report(script: Script, args: Sequence[str], phases: Phases, counter: StepCo
         wall_s=wall_s,
         no_gpu=no_gpu,
         digests=tuple(phases.digests),
+        ddp=None if timed is None else timed.ddp,
     )

@@ -1,4 +1,4 @@
-"""The user's script: checked before it runs (present, valid Python, one process), then run as ``__main__``.
+"""The user's script: checked before it runs (present, valid Python), then run as ``__main__``.
 
 The script runs in this process, as ``python SCRIPT ARGS...`` would run it: its ``__name__`` is ``"__main__"``,
 ``sys.argv`` is ``[SCRIPT, *ARGS]``, ``sys.path[0]`` its folder, and ``sys.modules["__main__"]`` a module whose
@@ -12,18 +12,16 @@ import contextlib
 import os
 import sys
 import types
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["LAUNCHER_VARIABLES", "Script", "ScriptError", "as_main", "check_single_process", "load_script"]
-
-# Set by torchrun (and torch.distributed.launch) in every process it starts.
-LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+__all__ = ["Script", "ScriptError", "as_main", "load_script"]
 
 
 class ScriptError(ValueError):
-    """The script cannot be run: missing, not valid Python, or started under a launcher. One line, exit 2."""
+    """The script cannot be run (missing, not valid Python), or not under the launcher that started it: one line,
+    exit 2."""
 
 
 @dataclass(frozen=True)
@@ -63,22 +61,6 @@ def load_script(path: str | os.PathLike[str]) -> Script:
     except ValueError as error:  # null bytes: not Python source at all
         raise ScriptError(f"SCRIPT {str(path)!r} is not valid Python: {error}") from None
     return Script(resolved, code)
-
-
-def check_single_process(environ: Mapping[str, str] | None = None) -> None:
-    """Refuse a run started by a distributed launcher: the doctor measures one process.
-
-    Args:
-        environ: the environment (None: `os.environ`).
-
-    Raises:
-        ScriptError: a launcher's variable is set.
-    """
-    env = os.environ if environ is None else environ
-    found = [f"{name}={env[name]}" for name in LAUNCHER_VARIABLES if name in env]
-    if found:
-        raise ScriptError(f"started under torchrun or another launcher ({', '.join(found)} set): several processes "
-                          "are not supported yet; run the script as one process, without the launcher")
 
 
 @contextlib.contextmanager
