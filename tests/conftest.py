@@ -10,6 +10,7 @@ from multiprocessing import resource_tracker
 from pathlib import Path
 
 import pytest
+from committed import NotACheckout, head_inputs
 from skips import STRICT_ENV, grouped
 
 
@@ -23,6 +24,17 @@ def _no_resource_tracker_left_behind() -> Iterator[None]:
     yield
     if not running_before and tracker._pid is not None:
         tracker._stop()
+
+
+@pytest.fixture(scope="session")
+def committed_inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """HEAD's results/ and proof/ (tests/committed.py), read once: what the tests of the committed pages and results
+    read, so that a user's own main job in the working tree leaves them as they are. Outside a git checkout each
+    test that reads them fails, saying so."""
+    try:
+        return head_inputs(tmp_path_factory.mktemp("committed"))
+    except NotACheckout as error:
+        pytest.fail(str(error), pytrace=False)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
