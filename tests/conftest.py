@@ -10,7 +10,6 @@ from multiprocessing import resource_tracker
 from pathlib import Path
 
 import pytest
-from committed import NotACheckout, head_inputs
 from skips import STRICT_ENV, grouped
 
 
@@ -31,6 +30,9 @@ def committed_inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """HEAD's results/ and proof/ (tests/committed.py), read once: what the tests of the committed pages and results
     read, so that a user's own main job in the working tree leaves them as they are. Outside a git checkout each
     test that reads them fails, saying so."""
+    # Imported here: test_shuffled.py and test_skips.py run copies of this file without tests/committed.py.
+    from committed import NotACheckout, head_inputs
+
     try:
         return head_inputs(tmp_path_factory.mktemp("committed"))
     except NotACheckout as error:
