@@ -25,6 +25,20 @@ def _no_resource_tracker_left_behind() -> Iterator[None]:
         tracker._stop()
 
 
+@pytest.fixture(scope="session")
+def committed_inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """HEAD's results/ and proof/ (tests/committed.py), read once: what the tests of the committed pages and results
+    read, so that a user's own main job in the working tree leaves them as they are. Outside a git checkout each
+    test that reads them fails, saying so."""
+    # Imported here: test_shuffled.py and test_skips.py run copies of this file without tests/committed.py.
+    from committed import NotACheckout, head_inputs
+
+    try:
+        return head_inputs(tmp_path_factory.mktemp("committed"))
+    except NotACheckout as error:
+        pytest.fail(str(error), pytrace=False)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--phase", choices=("parallel", "serial"), default=None,
                      help="only the tests marked serial (timing and memory figures read against planted values), "

@@ -1,5 +1,5 @@
 """The articles' claims table: its verdict rule, a planted GPU run's headlines read at the articles' sizes, and the
-README's copy generated from the committed results (a stale copy fails)."""
+README's copy generated from the committed results (HEAD's results/ and proof/: a stale copy fails)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,12 @@ from pitfalls.report.claims import CLAIMS, Reading, Source, claims_markdown, mac
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_readme_table_is_what_the_committed_results_give() -> None:
+def test_the_readme_table_is_what_the_committed_results_give(committed_inputs: Path) -> None:
     text = (ROOT / "README.md").read_text()
     block = text[text.index(claims.MARK_BEGIN):text.index(claims.MARK_END) + len(claims.MARK_END)]
-    assert block == claims.readme_block(ROOT / "results", ROOT / "proof"), (
-        "README's claims table is stale: run `python -m pitfalls.report.claims --readme README.md`")
+    assert block == claims.readme_block(committed_inputs / "results", committed_inputs / "proof"), (
+        "README's claims table is not what HEAD's results/ and proof/ give: run `python -m pitfalls.docs --write` "
+        "and commit the README with the results and proofs it is generated from")
 
 
 def _claim(ratio: tuple[float, float] | None, faster: bool = True) -> claims.Claim:
@@ -67,8 +68,9 @@ def _planted_run(machine: str) -> dict[str, Any]:
             "headline parallel": [{"variant": "data_parallel", "skipped": "needs 2 or more CUDA devices"}]}
 
 
-def test_a_gpu_run_fills_its_column_with_verdicts_at_the_articles_sizes(tmp_path: Path) -> None:
-    shutil.copytree(ROOT / "results", tmp_path / "results")
+def test_a_gpu_run_fills_its_column_with_verdicts_at_the_articles_sizes(tmp_path: Path,
+                                                                       committed_inputs: Path) -> None:
+    shutil.copytree(committed_inputs / "results", tmp_path / "results")
     (tmp_path / "proof" / "gpu-nvidia-h200-2026-12-05").mkdir(parents=True)
     (tmp_path / "proof" / "gpu-nvidia-h200-2026-12-05" / "figures.json").write_text(
         json.dumps(_planted_run("gpu-nvidia-h200")))

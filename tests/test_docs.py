@@ -1,5 +1,6 @@
 """The documentation: every generated block and the README's picture are what the registry and the committed
-results give, every relative link resolves, and the README is the short page its readers need first."""
+results give (HEAD's results/ and proof/: tests/committed.py), every relative link resolves, and the README is the
+short page its readers need first."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from committed import generation_root
 
 from pitfalls.cli import build_parser
 from pitfalls.docs import Docs, broken_links, pages
@@ -27,17 +29,19 @@ README = ROOT / "README.md"
 
 
 @pytest.fixture(scope="module")
-def docs() -> Docs:
-    return Docs(ROOT)
+def docs(tmp_path_factory: pytest.TempPathFactory, committed_inputs: Path) -> Docs:
+    """The working tree's pages, generated from the committed results and proofs (read, never written)."""
+    return Docs(generation_root(tmp_path_factory.mktemp("docs"), committed_inputs))
 
 
 def test_every_committed_page_and_picture_is_what_generation_gives(docs: Docs) -> None:
-    assert docs.stale() == [], "run `python -m pitfalls.docs --write`"
+    assert docs.stale() == [], ("run `python -m pitfalls.docs --write` and commit the pages with the results and "
+                                "proofs they are generated from: this test reads HEAD's results/ and proof/")
     assert docs.charts, "the README's picture is a generated block"
 
 
-def test_every_relative_link_and_anchor_of_the_readme_and_docs_resolves(docs: Docs) -> None:
-    assert docs.broken_links() == []
+def test_every_relative_link_and_anchor_of_the_readme_and_docs_resolves() -> None:
+    assert Docs(ROOT).broken_links() == []
 
 
 def test_every_built_in_family_has_a_page_with_its_generated_tables() -> None:
@@ -47,18 +51,9 @@ def test_every_built_in_family_has_a_page_with_its_generated_tables() -> None:
         assert ("family", (entry.name,)) in found and ("benchmarks", (entry.name,)) in found, page
 
 
-def _copy(tmp_path: Path) -> Path:
-    for part in ("results", "proof", "docs"):
-        shutil.copytree(ROOT / part, tmp_path / part)
-    (tmp_path / "benchmarks").mkdir()
-    shutil.copy(ROOT / "benchmarks" / "series.json", tmp_path / "benchmarks")
-    shutil.copy(README, tmp_path / "README.md")
-    shutil.copy(ROOT / "pyproject.toml", tmp_path)  # the layers table's source
-    return tmp_path
-
-
-def test_a_stale_block_is_named_and_written_back_with_the_prose_around_it_kept(tmp_path: Path) -> None:
-    root = _copy(tmp_path)
+def test_a_stale_block_is_named_and_written_back_with_the_prose_around_it_kept(tmp_path: Path,
+                                                                            committed_inputs: Path) -> None:
+    root = generation_root(tmp_path, committed_inputs)
     page = root / "docs" / "families" / "loss.md"
     text = page.read_text()
     marker = opening("family", "loss")
@@ -71,8 +66,9 @@ def test_a_stale_block_is_named_and_written_back_with_the_prose_around_it_kept(t
     assert Docs(root).stale() == []
 
 
-def test_a_picture_drawn_from_other_data_is_stale_and_is_drawn_again(tmp_path: Path, docs: Docs) -> None:
-    root = _copy(tmp_path)
+def test_a_picture_drawn_from_other_data_is_stale_and_is_drawn_again(tmp_path: Path, docs: Docs,
+                                                                   committed_inputs: Path) -> None:
+    root = generation_root(tmp_path, committed_inputs)
     [(png, chart)] = docs.charts.items()
     assert png_fingerprint(ROOT / png) == fingerprint(chart)
     first = chart.panels[0]
@@ -85,8 +81,9 @@ def test_a_picture_drawn_from_other_data_is_stale_and_is_drawn_again(tmp_path: P
     assert fresh.write() == [png] and png_fingerprint(root / png) == fingerprint(chart)
 
 
-def test_the_pictures_bars_are_the_committed_speedups_and_a_figure_not_measured_is_no_bar() -> None:
-    results_file = ROOT / "results/cpu-intel-xeon-processor-2cpu/90675b0c-installed-py3.11-torch2.13.0.json"
+def test_the_pictures_bars_are_the_committed_speedups_and_a_figure_not_measured_is_no_bar(
+        committed_inputs: Path) -> None:
+    results_file = committed_inputs / "results/cpu-intel-xeon-processor-2cpu/90675b0c-installed-py3.11-torch2.13.0.json"
     benchmark = "bench_loader.Speedup.track_speedup"
     chart = chart_of(results_file, benchmark)
     rows = [r for r in file_rows(results_file) if r.benchmark == benchmark and r.params["device"] == "cpu"]
@@ -105,11 +102,11 @@ def test_the_pictures_bars_are_the_committed_speedups_and_a_figure_not_measured_
             assert key in gaps and key not in bars
 
 
-def test_the_results_index_counts_measured_skipped_and_failed_cases(tmp_path: Path) -> None:
+def test_the_results_index_counts_measured_skipped_and_failed_cases(tmp_path: Path, committed_inputs: Path) -> None:
     machine = tmp_path / "results" / "m"
     machine.mkdir(parents=True)
-    shutil.copy(ROOT / "results/cpu-intel-xeon-processor-2cpu/machine.json", machine)
-    source = ROOT / "results/cpu-intel-xeon-processor-2cpu/90675b0c-installed-py3.11-torch2.13.0.json"
+    shutil.copy(committed_inputs / "results/cpu-intel-xeon-processor-2cpu/machine.json", machine)
+    source = committed_inputs / "results/cpu-intel-xeon-processor-2cpu/90675b0c-installed-py3.11-torch2.13.0.json"
     data = json.loads(source.read_text())
     data["results"] = {"bench_x.A.track_a": [[1.0, math.nan, None], *data["results"]["bench_loss.Step.time_step"][1:]]}
     (machine / source.name).write_text(json.dumps(data))
@@ -135,8 +132,8 @@ def test_the_link_checker_finds_a_missing_file_a_missing_anchor_and_a_way_out(tm
     ]
 
 
-def test_a_block_the_generator_does_not_know_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    root = _copy(tmp_path)
+def test_a_block_the_generator_does_not_know_is_one_line_and_exit_2(tmp_path: Path, committed_inputs: Path) -> None:
+    root = generation_root(tmp_path, committed_inputs)
     (root / "docs" / "extra.md").write_text(f"{opening('nonsense', 'x')}\n{END}\n")
     done = subprocess.run([sys.executable, "-m", "pitfalls.docs", "--root", str(root)], capture_output=True,
                           text=True, timeout=300)

@@ -1,4 +1,5 @@
-"""`pitfalls report` on the results committed in results/: every benchmark they hold is in the report."""
+"""`pitfalls report` on the results committed in results/ (HEAD's, tests/committed.py: a user's own run in the
+working tree adds nothing to them): every benchmark they hold is in the report."""
 
 from __future__ import annotations
 
@@ -12,13 +13,17 @@ from suite import import_suite_module
 
 from pitfalls import registry, report
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+
+@pytest.fixture(scope="module")
+def results(committed_inputs: Path) -> Path:
+    return committed_inputs / "results"
 
 
-def committed_files() -> list[asv_results.Results]:
+@pytest.fixture(scope="module")
+def committed_files(results: Path) -> list[asv_results.Results]:
     return [
         asv_results.Results.load(str(path))
-        for path in sorted(RESULTS.glob("*/*.json"))
+        for path in sorted(results.glob("*/*.json"))
         if path.name not in ("machine.json", "benchmarks.json")
     ]
 
@@ -28,14 +33,14 @@ def torch_of(result: asv_results.Results) -> str | None:
 
 
 @pytest.fixture(scope="module")
-def readme(tmp_path_factory) -> str:
+def readme(tmp_path_factory, results: Path) -> str:
     out = tmp_path_factory.mktemp("report")
-    return report.write_report(RESULTS, out).read_text(encoding="utf-8")
+    return report.write_report(results, out).read_text(encoding="utf-8")
 
 
 @pytest.mark.slow
-def test_every_benchmark_of_the_committed_results_is_in_the_report(readme):
-    names = {name for result in committed_files() for name in result.get_all_result_keys()}
+def test_every_benchmark_of_the_committed_results_is_in_the_report(readme, committed_files):
+    names = {name for result in committed_files for name in result.get_all_result_keys()}
     assert len(names) >= 23
     # Series that ended (a suite module's RETIRED) stay in the results they made; where such a result is still the
     # newest of its machine, the report shows the row under "other benchmarks" (since removed), and only there.
@@ -52,21 +57,21 @@ def test_every_benchmark_of_the_committed_results_is_in_the_report(readme):
 
 
 @pytest.mark.slow
-def test_every_run_whose_results_name_a_torch_version_is_headed_by_it(readme):
+def test_every_run_whose_results_name_a_torch_version_is_headed_by_it(readme, committed_files):
     runs = re.findall(r"^### (torch \S+|env \S+), commit ([0-9a-f]{8})$", readme, flags=re.MULTILINE)
     assert runs, "no run headings"
     for label, commit in runs:
-        files = [r for r in committed_files() if r.commit_hash.startswith(commit)]
+        files = [r for r in committed_files if r.commit_hash.startswith(commit)]
         (shown,) = [r for r in files if label in (f"torch {torch_of(r)}", f"env {r.env_name}")]
         assert label == (f"torch {torch_of(shown)}" if torch_of(shown) else f"env {shown.env_name}")
     assert readme.count("- torch: unknown") == sum(1 for label, _ in runs if label.startswith("env "))
 
 
 @pytest.mark.slow
-def test_the_newest_commit_measured_under_two_torch_versions_is_compared(readme):
+def test_the_newest_commit_measured_under_two_torch_versions_is_compared(readme, committed_files):
     versions: dict[str, set[str]] = {}
     dates: dict[str, int] = {}
-    for result in committed_files():
+    for result in committed_files:
         torch = torch_of(result)
         if torch:
             versions.setdefault(result.commit_hash, set()).add(torch)
@@ -83,10 +88,10 @@ def test_the_newest_commit_measured_under_two_torch_versions_is_compared(readme)
 
 
 @pytest.mark.slow
-def test_time_tables_without_a_floor_case_say_so_and_those_with_one_show_the_ratio(readme):
-    shown = {(r.env, r.commit) for r in report.read_results(RESULTS).rows}
+def test_time_tables_without_a_floor_case_say_so_and_those_with_one_show_the_ratio(readme, results, committed_files):
+    shown = {(r.env, r.commit) for r in report.read_results(results).rows}
     with_floor = without = 0
-    for result in committed_files():
+    for result in committed_files:
         if (result.env_name, result.commit_hash) not in shown:
             continue
         for name in result.get_all_result_keys():

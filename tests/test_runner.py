@@ -27,7 +27,8 @@ from pitfalls.runner.worktree import changed_files, commit_of, describe_changes
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "asv.conf.json"
-COMMITTED = ROOT / "results" / "cpu-amd-epyc-2cpu"
+# The committed results' machine, read at HEAD (`committed_inputs`): a user's own run may add to its folder.
+COMMITTED = Path("results") / "cpu-amd-epyc-2cpu"
 ASV_FIELDS = ("arch", "cpu", "num_cpu", "os", "ram")
 
 
@@ -132,11 +133,11 @@ def test_machine_step_keeps_the_recorded_facts_and_says_which(tmp_path):
     assert "keeping the recorded os 'Linux an-older-kernel'" in done.stderr
 
 
-def test_the_committed_machine_keeps_all_its_facts_on_a_fresh_home(tmp_path):
-    committed = util.load_json(str(COMMITTED / "machine.json"), api_version=1)
+def test_the_committed_machine_keeps_all_its_facts_on_a_fresh_home(tmp_path, committed_inputs):
+    committed = util.load_json(str(committed_inputs / COMMITTED / "machine.json"), api_version=1)
     home = tmp_path / "home"
     home.mkdir()
-    facts = run_machine_step(ROOT / "results", home, PITFALLS_MACHINE=committed["machine"])
+    facts = run_machine_step(committed_inputs / "results", home, PITFALLS_MACHINE=committed["machine"])
     assert facts == committed
 
 
@@ -351,10 +352,10 @@ def test_relabel_gives_an_existing_environment_file_the_installed_label(tmp_path
         relabel(new, python="3.11", torch="2.13.0")
 
 
-def test_no_committed_results_file_is_named_after_a_path():
-    for path in (ROOT / "results").rglob("*.json"):
+def test_no_committed_results_file_is_named_after_a_path(committed_inputs):
+    for path in (committed_inputs / "results").rglob("*.json"):
         assert "existing-py_" not in path.name, path
-    for path in COMMITTED.glob("*-*.json"):
+    for path in (committed_inputs / COMMITTED).glob("*-*.json"):
         params = json.loads(path.read_text())["params"]
         assert params["python"] == "3.11" and params["torch"] in ("2.13.0", "2.14.1"), path
 

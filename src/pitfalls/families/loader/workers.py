@@ -256,6 +256,23 @@ def shut_down(iterator: Iterator[Any] | None) -> None:
         if process.is_alive():
             process.kill()
             process.join(timeout=_JOIN_S)
+    _join_feeders(iterator)
+
+
+def _join_feeders(iterator: Iterator[Any]) -> None:
+    """Wait for the threads that feed the iterator's index queues, which torch's shutdown leaves running.
+
+    DataLoader closes its index queues with ``cancel_join_thread()``: the thread of this process that feeds each
+    one may outlive the shutdown, holding the queue's lock and semaphore. Under a spawn or forkserver context those
+    are named semaphores that multiprocessing's resource tracker watches, released only when that thread ends. A
+    tracker stopped in between (the test suite stops it after the test that started it) unlinks them as "leaked";
+    their own cleanup then fails in ``sem_unlink`` (FileNotFoundError), or unlinks first and unregisters with a
+    tracker started afresh, which never saw them (``KeyError: '/mp-...'``). Joined here, a closed loader holds none.
+    """
+    for queue in getattr(iterator, "_index_queues", ()):
+        feeder = getattr(queue, "_thread", None)  # multiprocessing.Queue's feeder; None until something is put
+        if feeder is not None:
+            feeder.join(timeout=_JOIN_S)
 
 
 def exited(pids: list[int], wait_s: float = 0.0) -> list[int]:
