@@ -26,6 +26,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter, _MultiProcessingDat
 from pitfalls.doctor.cuda_on_cpu import kept_modes
 from pitfalls.doctor.phases import Phases
 from pitfalls.doctor.steps import StepCounter
+from pitfalls.families.loader.workers import shut_down
 from pitfalls.probes.sites import SourceLine, locate_dispatch, source_line
 
 __all__ = ["LoaderStart", "LoaderWatch"]
@@ -117,10 +118,10 @@ class LoaderWatch:
             self._saved = None
 
     def shut_down(self) -> None:
-        """Shut down the workers of every iterator the script left behind."""
+        """Shut down the workers of every iterator the script left behind (the loader family's shutdown: each
+        worker joined or killed, and the threads feeding its queues joined)."""
         for iterator in list(self._iterators):
-            if getattr(iterator, "_workers", None):
-                iterator._shutdown_workers()
+            shut_down(iterator)
 
 
 def _workers(iterator: object) -> int:
