@@ -14,11 +14,12 @@ import psutil
 import pytest
 
 from pitfalls import cli
+from pitfalls.doctor import checks, planted
+from pitfalls.doctor.planted import ddp
 
 HERE = Path(__file__).resolve().parent
 RANKS = HERE / "doctor_ranks"
 QUICK = ["--warmup", "2", "--steps", "4", "--scanned", "2"]
-BUCKET_BYTES = (32 * 8 + 8) * 4
 
 
 def doctor(*argv: str, launcher: tuple[str, ...] = ("-m", "pitfalls", "doctor", "--nproc-per-node", "2"),
@@ -34,12 +35,10 @@ def line_of(path: Path, text: str) -> int:
     return found
 
 
-def test_a_sync_on_rank_0_only_is_reported_so_with_every_ranks_step_time_and_ddps_communication():
-    path = RANKS / "ddp_item.py"
-    code, world, err = doctor(str(path))
-    assert code == 0, err[-3000:]
+def test_a_sync_on_rank_0_only_is_reported_so_with_every_ranks_step_time_and_ddps_all_reduces():
+    world = checks.run_ranks()
     assert world["world_size"] == 2 and [r["rank"] for r in world["ranks"]] == [0, 1] and world["exit_status"] == 0
-    line = line_of(path, "loss.item()")
+    line = line_of(planted.DDP, "loss.item()")
     zero, one = ([f for f in r["findings"] if f["line"] == line and f["kind"] == "sync"] for r in world["ranks"])
     (item,) = zero
     assert one == [] and (item["per_step"], item["per_step_by_rank"], item["only_on_ranks"]) == (1.0, [1.0, 0.0], [0])
@@ -48,9 +47,11 @@ def test_a_sync_on_rank_0_only_is_reported_so_with_every_ranks_step_time_and_ddp
         steps = report["steps"]
         assert (steps["warmup"], steps["measured"], steps["before_scan"], steps["scanned"]) == (2, 4, 1, 2)
         assert report["ended"] == f"stopped: its {steps['total']} steps are done" and report["step_ms"]["mean"] > 0
-        ddp = report["ddp"]
-        assert (ddp["modules"], ddp["reductions_per_step"], ddp["bucket_bytes"]) == (1, 1.0, 76840)
-        assert ddp["samples"] >= 3 and ddp["comm_ms"] > 0
+        # Four micro-batches a step, none under no_sync: four all-reduces of the one bucket.
+        figures = report["ddp"]
+        assert (figures["modules"], figures["buckets"], figures["bucket_bytes"]) == (1, 1, ddp.BUCKET_BYTES)
+        assert (figures["reductions_per_step"], figures["bytes_per_step"]) == (4.0, 4.0 * ddp.BUCKET_BYTES)
+        assert figures["samples"] >= 3 and figures["comm_ms"] > 0
     assert world["slowest_rank"] in (0, 1)
 
 
@@ -64,15 +65,11 @@ def test_a_rank_that_raises_ends_the_run_and_every_ranks_report_is_kept():
     assert any("the scanned steps" in line and "not run" in line for line in zero["not_measured"])
 
 
-def test_torchrun_itself_runs_the_doctor_in_each_rank_and_reads_ddps_all_reduces_a_step():
+def test_torchrun_itself_runs_the_doctor_in_each_rank():
     launcher = ("-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "pitfalls", "doctor")
-    code, world, err = doctor(str(RANKS / "accumulate.py"), launcher=launcher)
+    code, world, err = doctor(str(planted.DDP), launcher=launcher)
     assert code == 0, err[-3000:]
-    for report in world["ranks"]:
-        ddp = report["ddp"]
-        # Four micro-batches a step, none under no_sync: four all-reduces of the one bucket.
-        assert (ddp["reductions_per_step"], ddp["bucket_bytes"], ddp["bytes_per_step"]) == (4.0, BUCKET_BYTES,
-                                                                                             4.0 * BUCKET_BYTES)
+    assert [report["ddp"]["reductions_per_step"] for report in world["ranks"]] == [4.0, 4.0]
 
 
 @pytest.mark.cuda_build
@@ -90,7 +87,7 @@ def test_a_cuda_written_ddp_script_reads_its_two_blocking_copies_on_each_rank(tm
 
 def test_the_launcher_and_the_ranks_listen_on_loopback_only():
     command = [sys.executable, "-m", "pitfalls", "doctor", "--nproc-per-node", "2", *QUICK, "--budget", "60",
-               str(RANKS / "ddp_item.py")]
+               str(planted.DDP)]
     launched = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     listening: set[tuple[str, int]] = set()
     try:
@@ -117,6 +114,6 @@ def test_the_launcher_and_the_ranks_listen_on_loopback_only():
 def test_bad_launches_are_one_line_and_exit_2(monkeypatch, capsys, argv, env, message):
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    assert cli.main(["doctor", *argv, str(RANKS / "ddp_item.py")]) == 2
+    assert cli.main(["doctor", *argv, str(planted.DDP)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("pitfalls doctor: ") and message in line

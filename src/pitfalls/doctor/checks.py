@@ -4,6 +4,9 @@ Every rule of the registry (`pitfalls.doctor.rules`) brings its plant: a row rea
 at its planted line, and one reads none at its right-thing twin, on the CPU; a rule whose answer depends on the
 device (``Plant.cuda``) has the same two rows on CUDA. Each planted script runs once a device, shared by its rows.
 
+The DDP script (`planted/ddp.py`) runs under ``--nproc-per-node 2``: its rows read DDP's all-reduces and bytes a
+step on each rank (4 micro-batches without ``no_sync``) and a ``.item()`` on rank 0 only, by rank.
+
 The training script (`planted/train.py`) also plants, per step, one ``.item()``, one ``nonzero``, one sync inside a
 helper called from one line, a ``.tolist()`` every fifth step and no sync in AdamW's step; a dataset that sleeps
 `planted.ITEM_MS` per item, loaded `planted.BATCH` items at a time with no workers; a compiled function with one
@@ -13,12 +16,18 @@ command's report, not an asv benchmark: they are not published (``published=Fals
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from pitfalls import processes
 from pitfalls.doctor import planted, rules
 from pitfalls.doctor.options import DoctorOptions
+from pitfalls.doctor.planted import ddp
 from pitfalls.doctor.report import DoctorReport, Finding
 from pitfalls.doctor.rule import Rule, ScriptLine
 from pitfalls.doctor.run import run_doctor
@@ -27,7 +36,7 @@ from pitfalls.known.one_run import OneRun
 from pitfalls.known.table import CPU, CUDA, Check, Reading
 
 __all__ = ["HELPER", "ITEM", "NONZERO", "OPTIMIZER", "RULES_OPTIONS", "TOLIST", "doctor_checks", "found_at",
-           "planted_args", "planted_line", "rule_checks", "run_planted", "run_script", "syncs_at"]
+           "planted_args", "planted_line", "rule_checks", "run_planted", "run_ranks", "run_script", "syncs_at"]
 
 # The doctor's figures these rows calibrate (figures of a command, named here, not asv methods).
 SYNC_LINES = "doctor: sync hazards per step by line"
@@ -36,6 +45,8 @@ LOADER_WAIT = "doctor: loader wait per step"
 GRAPH_BREAKS = "doctor: graph breaks"
 RECOMPILES = "doctor: recompiles"
 STEPS = "doctor: steps"
+DDP_COMMUNICATION = "doctor: DDP's all-reduces and bytes a step"
+BY_RANK = "doctor: findings by rank"
 RULE_FINDINGS = "doctor: rule findings at their lines"
 # The rules script needs no timing: a few steps, the scanned ones as many as the doctor's default; its compiled
 # function meets its new shape in step 3, the first timed one.
@@ -76,6 +87,54 @@ def rule_checks() -> tuple[Check, ...]:
     registered = rules.all_rules()
     return (*(_rule_row(r, CPU, twin) for r in registered for twin in (False, True)),
             *(_rule_row(r, CUDA, twin) for r in registered if r.plant.cuda for twin in (False, True)))
+
+
+def run_ranks(ranks: int = 2) -> dict[str, Any]:
+    """The planted DDP script under the doctor in ``ranks`` ranks (gloo): the report of every rank (``--json``)."""
+    command = [sys.executable, "-m", "pitfalls", "doctor", "--nproc-per-node", str(ranks), "--json", "--warmup", "2",
+               "--steps", "4", "--scanned", "2", "--budget", "120", str(planted.DDP)]
+    done = processes.run(command, timeout_s=300, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if not done.stdout.strip().startswith("{"):
+        raise RuntimeError(f"the doctor under torchrun printed no report (exit {done.returncode}): "
+                           f"{(done.stderr.strip().splitlines() or [''])[-1]}")
+    return dict(json.loads(done.stdout))
+
+
+_RANKS: OneRun[dict[str, Any]] = OneRun(run_ranks)
+
+
+def _rank_rows() -> tuple[Check, ...]:
+    """DDP's communication on each rank, and the planted .item() on rank 0 only (2 ranks, one shared launch)."""
+    line = ScriptLine(planted.DDP, "# planted: a sync on rank 0 only").number
+    bucket, micro_batches = ddp.BUCKET_BYTES, ddp.MICRO_BATCHES
+
+    def communication(name: str, field: str, planted_value: float) -> Check:
+        def measure(_device: str) -> Reading:
+            world = _RANKS.take(name)
+            figures = [report.get("ddp") or {} for report in world["ranks"]]
+            worst = max((abs(f.get(field, 0.0) - planted_value), f.get(field, 0.0)) for f in figures)[1]
+            return Reading(planted_value, float(worst), f"{field} on each rank: {[f.get(field) for f in figures]}")
+
+        return Check(name, (DDP_COMMUNICATION,), "a step", 0.0, measure, absolute=True, published=False,
+                     why=f"{micro_batches} micro-batches a step without no_sync: each backward all-reduces the one "
+                         "bucket; the farthest rank is read")
+
+    def item_on(rank: int) -> Check:
+        name = f"doctor under torchrun: the .item() of rank 0 only, on rank {rank}"
+
+        def measure(_device: str) -> Reading:
+            report = _RANKS.take(name)["ranks"][rank]
+            found = [f["per_step"] for f in report.get("findings", []) if f["kind"] == "sync" and f["line"] == line]
+            return Reading(1.0 if rank == 0 else 0.0, float(sum(found)), f"{report['steps']['scanned']} steps scanned")
+
+        return Check(name, (BY_RANK,), "syncs/step", 0.0, measure, absolute=True, published=False,
+                     why="logged on rank 0 only: counts are exact on each rank")
+
+    return (communication(f"doctor under torchrun: {micro_batches} all-reduces a step", "reductions_per_step",
+                          float(micro_batches)),
+            communication(f"doctor under torchrun: {micro_batches} x {bucket} bytes all-reduced a step",
+                          "bytes_per_step", float(micro_batches * bucket)),
+            item_on(0), item_on(1))
 
 
 def planted_args(device: str = CPU) -> list[str]:
@@ -175,5 +234,6 @@ def doctor_checks() -> tuple[Check, ...]:
              why="while True over 10**6 items: warm-up, timed, one before the scan, scanned and memory steps, then "
              "stopped"),
         *rule_checks(),
+        *_rank_rows(),
         *try_checks(),
     )

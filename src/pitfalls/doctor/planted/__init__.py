@@ -8,12 +8,14 @@ doctor's package.
 
 from pathlib import Path
 
-__all__ = ["BATCH", "ITEM_MS", "LOADER", "RULES", "TRAIN", "TRAIN_ARGS"]
+__all__ = ["BATCH", "DDP", "ITEM_MS", "LOADER", "RULES", "TRAIN", "TRAIN_ARGS"]
 
 _HERE = Path(__file__).resolve().parent
 TRAIN = _HERE / "train.py"
 RULES = _HERE / "rules.py"
 LOADER = _HERE / "loader.py"
+# A DDP script for torchrun: its rows run it in 2 ranks (`checks.run_ranks`).
+DDP = _HERE / "ddp.py"
 BATCH = 8
 ITEM_MS = 10.0
 # train.py's endless data set of 10**6 items, its planted batch and sleep, and the eager backend: graph breaks and
