@@ -18,7 +18,7 @@ from pitfalls._import import registered
 from pitfalls.doctor.records import ScanContext, Seen
 from pitfalls.doctor.report import Finding
 from pitfalls.doctor.rule import Rule
-from pitfalls.doctor.rules import compiled, copies, loader, model, syncs
+from pitfalls.doctor.rules import compiled, copies, loader, model, settings, syncs, training
 
 __all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "RULES_ENV", "all_rules", "findings", "instruments", "load_errors",
            "reload", "rule", "watches"]
@@ -27,7 +27,7 @@ ENTRY_POINT_GROUP = "pitfalls.rules"
 RULES_ENV = "PITFALLS_RULES"
 # In the order ties between findings of equal cost keep in the report.
 BUILTIN: tuple[Rule, ...] = (*loader.RULES[:2], *syncs.RULES, *copies.RULES, *compiled.RULES, loader.WIDE,
-                             *model.RULES)
+                             *model.RULES, *training.RULES, *settings.RULES)
 
 
 @functools.cache
