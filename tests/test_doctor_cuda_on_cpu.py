@@ -42,8 +42,11 @@ def test_an_amp_loop_reads_gradscalers_item_at_its_step_and_its_batches_copied_f
     report = run_doctor(path, (), MAPPED)
     assert report.failure is None and report.steps.scanned == 5 and report.steps.total == 12
     # GradScaler._maybe_opt_step reads found_inf with .item() for an optimizer that is not fused: 1 a step, at the
-    # script's scaler.step line; nothing else syncs (the batches' copies do not wait).
-    assert syncs(report) == {(line_of(path, "scaler.step(optimizer)"), ".item()"): 1.0}
+    # script's scaler.step line, GradScaler's inf check and not a scalar read of the line's own; nothing else syncs
+    # (the batches' copies do not wait).
+    assert syncs(report) == {(line_of(path, "scaler.step(optimizer)"), ".item() of GradScaler's found_inf"): 1.0}
+    (check,) = [f for f in report.findings if f.kind == "sync"]
+    assert check.rule == "GradScaler's inf check" and "fused=True" in check.fix
     copies = {(c.line, c.pinned, c.blocking, c.per_step) for c in report.copies}
     assert copies == {(line_of(path, "features = features.to(device, non_blocking=True)"), True, False, 1.0),
                       (line_of(path, "labels = labels.to(device, non_blocking=True)"), True, False, 1.0)}

@@ -1,6 +1,7 @@
 """The doctor's rules as units of one registry: each built-in rule's finding at its planted line with its fix, word
-for word, and none on its twin; a rule defined outside the package, with its own instrument, plant and twin, read the
-same way; the rows that calibrate them, and one that fails when a rule's instrument is blind."""
+for word, and none on its twin, in each planted script (the rules script; the GPU path's, written for CUDA and run
+under --cuda-on-cpu); a rule defined outside the package, with its own instrument, plant and twin, read the same way;
+the rows that calibrate them, and one that fails when a rule's instrument is blind."""
 
 from __future__ import annotations
 
@@ -16,40 +17,55 @@ from pitfalls.doctor.report import DoctorReport
 from pitfalls.doctor.rules import model
 from pitfalls.known.table import CPU, verdict
 
-SCRIPT = str(planted.RULES)
 PLUGIN = Path(__file__).resolve().parent / "doctor_plugin_rule.py"
 
 
+# The planted scripts whose lines every built-in rule's plant names.
+PLANTED = (planted.RULES, planted.GPU_PATH)
+
+
 @pytest.fixture(scope="module")
-def report() -> DoctorReport:
-    return checks.run_script(SCRIPT, (), CPU)
+def reports() -> dict[Path, DoctorReport]:
+    return {script: checks.run_script(str(script), (), CPU) for script in PLANTED}
 
 
-def _planted_here(rule: rules.Rule) -> bool:
-    return rule.plant.planted.script == planted.RULES
+@pytest.fixture(scope="module")
+def report(reports) -> DoctorReport:
+    return reports[planted.RULES]
 
 
-def test_each_rule_planted_in_the_rules_script_is_one_finding_at_its_line_and_none_at_its_twin(report):
+def _planted_in(script: Path, rule: rules.Rule) -> bool:
+    return rule.plant.planted.script == script
+
+
+@pytest.mark.parametrize("script", PLANTED, ids=lambda p: p.name)
+def test_each_rule_planted_in_a_script_is_one_finding_at_its_line_and_none_at_its_twin(reports, script):
+    found = reports[script]
+    assert found.failure is None and found.steps.scanned == checks.RULES_OPTIONS.scanned
     for rule in rules.BUILTIN:
-        if _planted_here(rule):
-            (finding,) = checks.found_at(report, rule, rule.plant.planted)
+        if _planted_in(script, rule):
+            (finding,) = checks.found_at(found, rule, rule.plant.planted)
             assert finding.kind == rule.kind and finding.fix == rule.fix, rule.name
-            assert finding.code and finding.path == SCRIPT
-        if rule.plant.right.script == planted.RULES:
-            assert checks.found_at(report, rule, rule.plant.right) == [], rule.name
+            assert finding.code and finding.path == str(script)
+        if rule.plant.right.script == script:
+            assert checks.found_at(found, rule, rule.plant.right) == [], rule.name
 
 
-def test_every_finding_names_its_rule_whose_fix_is_the_tables_word_for_word(report):
+@pytest.mark.parametrize("script", PLANTED, ids=lambda p: p.name)
+def test_every_finding_names_its_rule_whose_fix_is_the_tables_word_for_word(reports, script):
+    found = reports[script]
     fixes = {rule.name: rule.fix for rule in rules.BUILTIN}
-    assert report.findings and all(f.rule and f.fix == fixes[f.rule] for f in report.findings)
+    assert found.findings and all(f.rule and f.fix == fixes[f.rule] for f in found.findings)
     table = "\n".join(rules_lines())
-    assert all(f"| {f.rule} | {f.kind} |" in table and f.fix in table for f in report.findings)
+    assert all(f"| {f.rule} | {f.kind} |" in table and f.fix in table for f in found.findings)
 
 
-def test_nothing_but_the_planted_lines_is_found(report):
-    planted_lines = {rule.plant.planted.number for rule in rules.BUILTIN if _planted_here(rule)}
-    assert {f.line for f in report.findings} == planted_lines
-    assert len(report.findings) == sum(_planted_here(rule) for rule in rules.BUILTIN)
+@pytest.mark.parametrize("script", PLANTED, ids=lambda p: p.name)
+def test_nothing_but_the_planted_lines_is_found(reports, script):
+    found = reports[script]
+    planted_lines = {rule.plant.planted.number for rule in rules.BUILTIN if _planted_in(script, rule)}
+    assert {f.line for f in found.findings} == planted_lines
+    assert len(found.findings) == sum(_planted_in(script, rule) for rule in rules.BUILTIN)
 
 
 def test_a_rule_finding_names_its_rule_and_function_in_the_json(report):

@@ -116,10 +116,12 @@ def test_an_adamw_step_scans_with_no_sync_in_the_optimizer_whether_named_as_step
     # The step itself: its first call, when the scan loads it, makes AdamW's host-side step counts.
     report = scan_json(capsys, f"{path}:step")
     assert per_line(report) == {line_in_file(path, "return loss.item()"): 1}
-    # A factory: foreach AdamW behind a GradScaler; the scaler's found_inf.item() is the one sync.
+    # A factory: foreach AdamW behind a GradScaler; the scaler's found_inf.item() is the one sync, named as
+    # GradScaler's with its rewrite, not as a scalar read of the line's own.
     report = scan_json(capsys, f"{path}:make_step")
     assert per_line(report) == {line_in_file(path, "scaler.step(opt)"): 1}
-    assert report["hazards"][0]["op"] == ".item()"
+    (hazard,) = report["hazards"]
+    assert hazard["op"] == ".item() of GradScaler's found_inf" and "fused=True" in hazard["rewrite"]
 
 
 def test_the_gpu_runs_corpus_piece_reports_its_agreement_or_why_not() -> None:

@@ -6,9 +6,9 @@ The way from an instrument to a line of the report::
     steps.StepCounter ── each step's end ──> phases.Phases (the state machine; phases.schedule: the order)
         warmup, timed, before_scan, scanned, memory | gpu: each phase enters its instruments, and when it ends they
         become its record (records.TimedRecord, ScanRecord, MemoryRecord, GpuRecord)
-    run.run_doctor ── the records and the run's watches (loader, compile) ──> records.Seen
-        ──> rules.findings: every rule of the registry (rules/: syncs, copies, model, loader, compiled; plug-ins)
-            turns what was seen into its hits, given its fix and name (rule.Rule) ──> report.rank
+    run.run_doctor ── the records and the run's watches (loader, compile, the rules' own: Rule.watch) ──> records.Seen
+        ──> rules.findings: every rule of the registry (rules/: syncs, copies, model, loader, compiled, training,
+            settings; plug-ins) turns what was seen into its hits, given its fix and name (rule.Rule) ──> report.rank
         ──> report.DoctorReport ──> render (text) or as_json (--json); reasons: why a figure was not measured
 """
 

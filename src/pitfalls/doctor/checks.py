@@ -16,6 +16,7 @@ command's report, not an asv benchmark: they are not published (``published=Fals
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -54,7 +55,11 @@ RULES_OPTIONS = DoctorOptions(warmup=2, steps=2, scanned=5, memory=1)
 
 
 def run_script(script: str, args: tuple[str, ...], device: str) -> DoctorReport:
-    """Run a planted script under the doctor on ``device``, with the options its rows need."""
+    """Run a planted script under the doctor on ``device``, with the options its rows need: few steps for the rules
+    scripts, and the GPU path's, written for CUDA, on its CUDA path (on the CPU under ``--cuda-on-cpu``)."""
+    if Path(script) == planted.GPU_PATH:
+        options = dataclasses.replace(RULES_OPTIONS, cuda_on_cpu=device == CPU)
+        return run_doctor(script, [*args, "--device", "cuda"], options)
     options = RULES_OPTIONS if Path(script) == planted.RULES else DoctorOptions()
     return run_doctor(script, [*args, "--device", device], options)
 

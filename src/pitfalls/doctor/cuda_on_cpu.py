@@ -41,12 +41,13 @@ import psutil
 import torch
 import torch.distributed as dist
 from torch.overrides import TorchFunctionMode, _pop_mode, _push_mode
+from torch.utils._python_dispatch import _disable_current_modes
 
 from pitfalls.doctor.report import CudaOnCpuFigures, Failure
 from pitfalls.probes.hostcopy import Provenance, to_non_blocking
 from pitfalls.probes.sites import is_user_file, source_line
 
-__all__ = ["CAPABILITY", "DEVICE_NAME", "HINT", "CudaOnCpu", "explain_failure", "kept_modes"]
+__all__ = ["CAPABILITY", "DEVICE_NAME", "HINT", "CudaOnCpu", "explain_failure", "no_modes"]
 
 # What the mapped device answers: an A100's identity, so a script's "Ampere or later" branches (bf16, TF32) run.
 DEVICE_NAME = "NVIDIA A100-SXM4-80GB"
@@ -194,11 +195,27 @@ def _mode_index() -> int | None:
     return None
 
 
-def kept_modes() -> int:
+def _kept_modes() -> int:
     """How many torch function modes, from the bottom of the stack, a block that pops the instruments keeps: up to
     the mapping's own (a DataLoader's own work still maps CUDA onto the CPU), none without the mapping."""
     index = _mode_index()
     return 0 if index is None else index + 1
+
+
+@contextlib.contextmanager
+def no_modes() -> Iterator[None]:
+    """Run the block with no torch function mode and no dispatch mode but ``--cuda-on-cpu``'s, at the bottom of the
+    stack (a dataset or a collate that calls CUDA still runs on the CPU); the stacks are as they were after it."""
+    functions = []
+    kept = _kept_modes()
+    while torch._C._len_torch_function_stack() > kept:
+        functions.append(_pop_mode())
+    try:
+        with _disable_current_modes():
+            yield
+    finally:
+        for mode in reversed(functions):
+            _push_mode(mode)
 
 
 def _from_script() -> bool:

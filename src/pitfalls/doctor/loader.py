@@ -13,39 +13,19 @@ from __future__ import annotations
 import contextlib
 import time
 import weakref
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-from torch.overrides import _pop_mode, _push_mode
-from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _MultiProcessingDataLoaderIter
 
-from pitfalls.doctor.cuda_on_cpu import kept_modes
+from pitfalls.doctor.cuda_on_cpu import no_modes
 from pitfalls.doctor.phases import Phases
 from pitfalls.doctor.steps import StepCounter
 from pitfalls.families.loader.workers import shut_down
 from pitfalls.probes.sites import SourceLine, locate_dispatch, source_line
 
 __all__ = ["LoaderStart", "LoaderWatch"]
-
-
-@contextlib.contextmanager
-def no_modes() -> Iterator[None]:
-    """Run the block with no torch function mode and no dispatch mode but ``--cuda-on-cpu``'s, at the bottom of the
-    stack (a dataset or a collate that calls CUDA still runs on the CPU); the stacks are as they were after it."""
-    functions = []
-    kept = kept_modes()
-    while torch._C._len_torch_function_stack() > kept:
-        functions.append(_pop_mode())
-    try:
-        with _disable_current_modes():
-            yield
-    finally:
-        for mode in reversed(functions):
-            _push_mode(mode)
 
 
 @dataclass

@@ -1,5 +1,6 @@
-"""What the model and the optimizers do during the scanned steps, for the model's rules (`rules.model`): the dtypes
-and shapes reaching matmul and convolution, seen by a dispatch mode below autocast; a convolution's output going
+"""What the model and the optimizers do during the scanned steps, for the model's rules (`rules.model`, and
+`rules.settings`' cuDNN benchmark): the dtypes and shapes reaching matmul and convolution, seen by a dispatch mode
+below autocast, with the settings in force at each call; a convolution's output going
 straight into a BatchNorm, seen by global module hooks; each optimizer's steps, by torch.optim's step hooks; and each
 ``zero_grad`` call, by wrapping it.
 """
@@ -56,6 +57,8 @@ class ModelWatch(TorchDispatchMode):
         self._provenance = provenance
         self.matmuls: Counter[_Key] = Counter()  # float32 without TF32
         self.convolutions: Counter[_Key] = Counter()
+        # The forward convolutions run with cudnn.benchmark off: how often each of their shapes ran, by line.
+        self.untuned: dict[_Key, Counter[str]] = {}
         self.unaligned: dict[_Key, list[str]] = {}  # the shapes of each half-precision matmul, by line
         self.zero_grads: Counter[_Key] = Counter()
         self.conv_bias: Counter[int] = Counter()
@@ -73,6 +76,8 @@ class ModelWatch(TorchDispatchMode):
             self._matmul(args[first], args[second])
         elif packet in _CONVOLUTIONS:
             self._convolution(args[0], args[1])
+            if packet is _aten.convolution and not torch.backends.cudnn.benchmark:
+                self._untuned(args)
         return func(*args, **(kwargs or {}))
 
     def _matmul(self, a: object, b: object) -> None:
@@ -92,6 +97,14 @@ class ModelWatch(TorchDispatchMode):
         if isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor) and x.dtype == torch.float32 \
                 and not torch.backends.cudnn.allow_tf32 and _tf32_device(x):
             self.convolutions[locate_dispatch()[0]] += 1
+
+    def _untuned(self, args: tuple[Any, ...]) -> None:
+        x, weight = args[0], args[1]
+        if isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor) and not (
+                self._provenance.on_host(x) and self._provenance.on_host(weight)):
+            # The input's and the weight's shapes and dtype, and the stride, padding, dilation and groups.
+            shapes = f"{tuple(x.shape)} {tuple(weight.shape)} {x.dtype} {args[3:]}"
+            self.untuned.setdefault(locate_dispatch()[0], Counter())[shapes] += 1
 
     def _module_ran(self, module: torch.nn.Module, _args: object, output: object) -> None:
         if isinstance(module, _ConvNd) and module.bias is not None and isinstance(output, torch.Tensor):

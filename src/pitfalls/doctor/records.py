@@ -26,6 +26,7 @@ __all__ = ["GpuRecord", "MemoryRecord", "Phase", "ScanContext", "ScanRecord", "S
 # The phases of a run, in their order (`phases.schedule`).
 Phase = Literal["warmup", "timed", "before_scan", "scanned", "memory", "gpu"]
 _Instrument = TypeVar("_Instrument")
+_Watch = TypeVar("_Watch")
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,7 @@ class Seen:
         bandwidth: the device's copy bandwidth (None without a GPU).
         no_gpu: why the GPU's figures were not measured ("" when they were).
         step_functions: the script's functions on the stack at the first step's end (its loop).
+        watches: each watch of the whole run a rule asked for (`rule.Rule.watch`), after the run, by its maker.
     """
 
     timed: TimedRecord | None
@@ -146,3 +148,8 @@ class Seen:
     bandwidth: Bandwidth | None
     no_gpu: str
     step_functions: frozenset[tuple[str, str]]
+    watches: Mapping[Callable[[], Any], Any]
+
+    def watched(self, watch: Callable[[], _Watch]) -> _Watch:
+        """The watch of the whole run a rule asked for, as it was after the run."""
+        return self.watches[watch]

@@ -99,6 +99,9 @@ class Rule:
         plant: its known answer: `pitfalls calibrate` runs it (`checks.rule_checks`).
         where: where the doctor reads it, and where it costs.
         gated: its counts per step are exact on a CPU: ``--baseline`` fails on a new one or one that grew.
+        watch: makes a watch over the whole run, entered before the script starts and left after it ends (where
+            the script made something, a setting it left on), for what happens before the scanned steps; rules
+            that name the same maker share one, read back with ``seen.watched(maker)``.
     """
 
     name: str
@@ -112,6 +115,7 @@ class Rule:
     instrument: Callable[[ScanContext], AbstractContextManager[Any]] | None = field(default=None, repr=False)
     where: str = "CPU or GPU"
     gated: bool = False
+    watch: Callable[[], AbstractContextManager[Any]] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not (self.name.strip() and self.finds.strip() and self.fix.strip() and self.source.strip()):

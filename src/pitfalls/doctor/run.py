@@ -16,8 +16,9 @@ import statistics
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -208,23 +209,33 @@ def run_doctor(
     counter = StepCounter(budget, phases)
     watch = LoaderWatch(counter, phases)
     compiles = CompileWatch()
-    # --cuda-on-cpu: entered before the script, so its mode is below every instrument the phases enter.
-    with ranks if ranks is not None else contextlib.nullcontext(), \
-            CudaOnCpu(phases.provenance) if options.cuda_on_cpu else contextlib.nullcontext() as mapped:
+    watches = {make: make() for make in rules.watches()}
+    with contextlib.ExitStack() as stack:
+        # Ranks first, so that the script's process group is made through its timeout cap, under the mapping's
+        # nccl -> gloo. --cuda-on-cpu: entered before the script, so its mode is below every instrument the phases
+        # enter; the rules' watches of the whole run see the script's calls as the mapping passes them on.
+        if ranks is not None:
+            stack.enter_context(ranks)
+        mapped = stack.enter_context(CudaOnCpu(phases.provenance)) if options.cuda_on_cpu else None
+        for one in watches.values():
+            stack.enter_context(one)
         ending = _run(loaded, args, phases, budget, counter, watch, compiles, quiet_stdout)
         if ranks is not None and not phases.done:  # a run that ended early stops the other ranks at their barrier
             ranks.ended(ending.how)
     bandwidth: Bandwidth | None = None
     if phases.on_cuda and torch.cuda.is_initialized():
         bandwidth = copy_bandwidth(torch.device("cuda", torch.cuda.current_device()))
-    report = _report(loaded, args, phases, counter, watch, compiles, ending, bandwidth, time.perf_counter() - began)
+    report = _report(loaded, args, phases, counter, watch, compiles, watches, ending, bandwidth,
+                     time.perf_counter() - began)
     return dataclasses.replace(report, rank=None if ranks is None else ranks.rank,
                                cuda_on_cpu=None if mapped is None else mapped.figures())
 
 
 def _report(script: Script, args: Sequence[str], phases: Phases, counter: StepCounter, watch: LoaderWatch,
-            compiles: CompileWatch, ending: _Ending, bandwidth: Bandwidth | None, wall_s: float) -> DoctorReport:
-    """The report, built from the phases' records and what the run's watches saw."""
+            compiles: CompileWatch, rule_watches: Mapping[Callable[[], Any], Any], ending: _Ending,
+            bandwidth: Bandwidth | None, wall_s: float) -> DoctorReport:
+    """The report, built from the phases' records and what the run's watches saw (the loader's, torch.compile's and
+    the rules')."""
     timed, scan = phases.timed, phases.scan
     # Asked only now, once the run is over: nothing of CUDA was started before the script.
     no_gpu = "" if phases.gpu is not None and bandwidth is not None else (
@@ -235,7 +246,7 @@ def _report(script: Script, args: Sequence[str], phases: Phases, counter: StepCo
     recompiles = () if isinstance(recompiles, Unavailable) else recompiles
     line = timed.loader_line if timed is not None and timed.loader_line is not None else watch.line
     seen = Seen(timed, scan, phases.gpu, phases.memory, _loader(timed, scan, line), line, breaks, recompiles,
-                bandwidth, no_gpu, counter.step_functions)
+                bandwidth, no_gpu, counter.step_functions, rule_watches)
     step_ms = None
     if timed is not None:
         ms = sorted(s * 1e3 for s in timed.step_s)

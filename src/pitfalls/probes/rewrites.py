@@ -2,7 +2,9 @@
 
 The rewrites are the ones the suite's own families measure: each names the variant that shows it, so a reader
 can run `pitfalls probe` on the pair and see the hazard go away. Each label belongs to one `HazardClass` of
-`CLASSES`: the doctor makes one rule of each, whose fix is the class's rewrite.
+`CLASSES`: the doctor makes one rule of each, whose fix is the class's rewrite. A scalar read torch makes on the
+line's behalf inside GradScaler (the torch functions between the line and the op, `HazardSite.via`) is a class of its
+own, with GradScaler's rewrite, and not the line's own scalar read.
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["CLASSES", "DATA_TO_DEVICE", "ELEMENT_WRITE", "FILL_TO_DEVICE", "HOST_VALUE", "MASK", "NONZERO", "NUMPY",
-           "REPEAT", "SCALAR", "SHAPE", "TO_HOST", "UNIQUE", "HazardClass", "HazardKind", "describe"]
+__all__ = ["CLASSES", "DATA_TO_DEVICE", "ELEMENT_WRITE", "FILL_TO_DEVICE", "GET_SCALE", "HOST_VALUE", "INF_CHECK",
+           "MASK", "NONZERO", "NUMPY", "REPEAT", "SCALAR", "SHAPE", "TO_HOST", "UNIQUE", "HazardClass", "HazardKind",
+           "describe"]
 
 
 @dataclass(frozen=True)
@@ -92,8 +95,22 @@ NUMPY = HazardClass(
 REPEAT = HazardClass(
     "repeat_interleave without output_size", "repeat_interleave with tensor repeats and no output_size: the host "
     "reads the repeats' sum", "pass output_size= so the output shape is known without reading the repeats")
+INF_CHECK = HazardClass(
+    "GradScaler's inf check", "GradScaler.step with an optimizer that is not fused (no _step_supports_amp_scaling): "
+    "it reads found_inf with .item() to decide whether to step, every step",
+    "fused=True in the optimizer where it has it (Adam, AdamW, SGD): GradScaler hands it found_inf on the device; or "
+    "bf16 autocast without a GradScaler")
+GET_SCALE = HazardClass(
+    "GradScaler.get_scale", "scaler.get_scale() in the step: .item() of the scale, the host waits for it",
+    "read the scale only on the steps that log it (a step skipped for infs shows as the scale dropping at the next "
+    "read), not every step")
 CLASSES = (NONZERO, MASK, UNIQUE, SCALAR, TO_HOST, SHAPE, FILL_TO_DEVICE, DATA_TO_DEVICE, ELEMENT_WRITE, HOST_VALUE,
-           NUMPY, REPEAT)
+           NUMPY, REPEAT, INF_CHECK, GET_SCALE)
+# The GradScaler functions whose scalar reads are classes of their own (torch/amp/grad_scaler.py): `_maybe_opt_step`
+# sums found_inf with .item() for an optimizer without _step_supports_amp_scaling; `get_scale` reads the scale.
+_GRAD_SCALER = "torch.amp.grad_scaler."
+_SCALER_READS = {"_maybe_opt_step": HazardKind(".item() of GradScaler's found_inf", INF_CHECK),
+                 "get_scale": HazardKind(".item() of GradScaler's scale", GET_SCALE)}
 
 # "Tensor.to of torch.randn's tensor (host to device)": the factory that filled the copied tensor on the host.
 _MADE_BY = re.compile(r" of (?P<factory>torch\.\w+)'s tensor ")
@@ -111,16 +128,30 @@ _KINDS: dict[str, HazardKind] = {
 }
 
 
-def describe(label: str, *, in_backward: bool = False) -> HazardKind:
+def _scaler_read(via: tuple[str, ...]) -> HazardKind | None:
+    """GradScaler's own scalar read: the innermost GradScaler function between the line and the op is one of
+    `_SCALER_READS` (its generator expression included), and no optimizer's step runs inside it (GradScaler.step
+    calls the optimizer's, whose own reads are the line's)."""
+    names = [f.split(".<locals>")[0] for f in via]
+    inner = max((i for i, f in enumerate(names) if f.startswith(_GRAD_SCALER)), default=None)
+    if inner is None or any(f.startswith("torch.optim.") for f in names[inner:]):
+        return None
+    return _SCALER_READS.get(names[inner].rsplit(".", 1)[-1])
+
+
+def describe(label: str, *, in_backward: bool = False, via: tuple[str, ...] = ()) -> HazardKind:
     """Name a hazard label for a report and give its class.
 
     Args:
         label: a label from `pitfalls.probes.syncs.hazard_label` (e.g. "aten.nonzero.default").
         in_backward: the op ran in autograd's backward pass, on behalf of the forward line it is reported at.
+        via: the torch functions between the line and the op, outermost first (`pitfalls.probes.sites.HazardSite`).
 
     Returns:
         The `HazardKind`.
     """
+    if label in _KINDS and _KINDS[label].hazard is SCALAR and (scaler := _scaler_read(via)) is not None:
+        return scaler
     if "index_put" in label and label.endswith("host value to device)"):
         # x[idx] = 3: ATen copies the Python number, made a CPU tensor, to the device before writing it.
         op = "boolean-mask assignment of a host value" if "bool mask" in label else "indexed assignment of a host value"

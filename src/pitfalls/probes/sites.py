@@ -17,7 +17,15 @@ point wins over the forward stack.
 
 Each hazard also keeps its *call sites*: the user frames above its line, outwards up to the step (the first frame
 of the measuring machinery, the standard library, or the test runner), so that a hazard inside a shared helper is
-told apart by the line that called the helper, the line a user must rewrite.
+told apart by the line that called the helper, the line a user must rewrite; and the torch functions *between* its
+line and the op (`HazardSite.via`), so that a sync torch makes on the line's behalf (GradScaler's read of
+``found_inf`` inside ``scaler.step``) is told apart from the line's own.
+
+A scalar read that C++ code makes in the autograd engine's own hooks and callbacks (no Python frame since the
+engine's entry, and the engine runs no node, or a leaf's ``AccumulateGrad``, whose hooks run after it) is not the
+script's and not a sync: it is DDP's reducer reading, a parameter at a time, the map of the parameters a backward
+used (``find_unused_parameters=True``), which it keeps in host memory (torch/csrc/distributed/c10d/reducer.cpp,
+``initialize_local_used_map``, ``finalize_bucket_dense``). The locator tells the counter not to count it.
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ from pitfalls.probes.syncs import HazardCounts, SyncHazardCounter
 
 __all__ = [
     "CallSite", "HazardLocator", "HazardSite", "LocatedHazards", "SourceLine", "function_at", "functions",
-    "is_user_file", "locate_dispatch", "locate_dispatch_stack", "source_line",
+    "is_user_file", "locate_dispatch", "locate_dispatch_stack", "script_caller", "source_line",
 ]
 
 _TORCH_DIR = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
@@ -65,7 +73,16 @@ _STOP_DIRS = tuple(
     os.path.realpath(path) + os.sep for path in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]}
 )
 _STOP_PACKAGES = ("_pytest", "pluggy", "asv_runner", "asv")
+# The scalar reads, and torch's frames between one dispatch mode and the next (an op called from a mode, the
+# wrappers that keep dynamo out of a mode's frames).
+_SCALAR_READS = frozenset({"aten._local_scalar_dense.default", "aten.item.default"})
+_DISPATCH_PLUMBING = ("torch._ops.", "torch.utils._python_dispatch.", "torch._dynamo.eval_frame.", "torch._compile.")
 _MAX_CALLERS = 16
+
+
+@lru_cache(maxsize=4096)
+def _is_torch_file(filename: str) -> bool:
+    return os.path.realpath(filename).startswith(_TORCH_DIR)
 
 
 @lru_cache(maxsize=4096)
@@ -148,6 +165,8 @@ class HazardSite:
         in_backward: the op ran in autograd's backward, on behalf of the forward line given.
         count: how many times, over the whole located region.
         call_sites: the chains of callers above the line, most frequent first; their counts add up to `count`.
+        via: the torch functions between the line and the op, outermost first (``module.qualname``, as
+            ``torch.amp.grad_scaler.GradScaler.step``); empty when the line itself made the op, or in backward.
     """
 
     label: str
@@ -155,11 +174,12 @@ class HazardSite:
     in_backward: bool
     count: int
     call_sites: tuple[CallSite, ...] = ()
+    via: tuple[str, ...] = ()
 
     @property
     def kind(self) -> HazardKind:
         """The readable op name and the rewrite that removes it."""
-        return describe(self.label, in_backward=self.in_backward)
+        return describe(self.label, in_backward=self.in_backward, via=self.via)
 
 
 @dataclass(frozen=True)
@@ -225,12 +245,20 @@ def _callers(keys: list[tuple[_Key, bool]]) -> tuple[_Key, ...]:
     return tuple(found)
 
 
+def _qualified(frame: FrameType) -> str:
+    """A frame's function as ``module.qualname`` (the bare name on Python 3.10, whose code has no qualname)."""
+    code = frame.f_code
+    return f"{frame.f_globals.get('__name__', '')}.{getattr(code, 'co_qualname', code.co_name)}"
+
+
 def _stack_frames(
     frame: FrameType | None, skip: Collection[str] = ()
-) -> tuple[_Key | None, tuple[_Key, ...], bool]:
-    """The innermost user frame from `frame` outwards (passing over the files in `skip`), its callers, and whether
-    the engine's entry was passed."""
+) -> tuple[_Key | None, tuple[_Key, ...], bool, tuple[str, ...]]:
+    """The innermost user frame from `frame` outwards (passing over the files in `skip`), its callers, whether the
+    engine's entry was passed, and the torch functions between that frame and the measuring machinery, outermost
+    first (see `HazardSite.via`)."""
     passed_engine = False
+    via: list[str] = []
     while frame is not None:
         code = frame.f_code
         if is_user_file(code.co_filename) and code.co_filename not in skip:
@@ -241,10 +269,12 @@ def _stack_frames(
                 name = above.f_code.co_filename
                 outer.append(((name, above.f_lineno, above.f_code.co_name), _is_boundary(name)))
                 above = above.f_back
-            return key, _callers(outer), passed_engine
+            return key, _callers(outer), passed_engine, tuple(reversed(via))
         passed_engine = passed_engine or _is_engine_entry(frame)
+        # Only the torch frames since the last of the machinery's: those inside it are the modes' own plumbing.
+        via = [*via, _qualified(frame)] if _is_torch_file(code.co_filename) else []
         frame = frame.f_back
-    return None, (), passed_engine
+    return None, (), passed_engine, ()
 
 
 def _forward_frames(node: object) -> tuple[_Key | None, tuple[_Key, ...]]:
@@ -280,21 +310,54 @@ def locate_dispatch_stack(skip: Collection[str] = ()) -> tuple[_Key | None, tupl
         skip: files to pass over besides torch and the measuring machinery: a caller that runs inside other Python
             code (the warnings module, for a warning an op raised) names it.
     """
+    return _locate(skip)[:3]
+
+
+def _locate(skip: Collection[str] = ()) -> tuple[_Key | None, tuple[_Key, ...], bool, tuple[str, ...]]:
+    """`locate_dispatch_stack`, and the torch functions between the line and the op (none in backward)."""
     frame = inspect.currentframe()
     try:
-        key, callers, passed_engine = _stack_frames(frame, skip)
+        key, callers, passed_engine, via = _stack_frames(frame, skip)
     finally:
         del frame  # a frame held in a local would keep every caller's locals alive
     node = _current_autograd_node()
     if node is None:
-        return key, callers, False
+        return key, callers, False, via
     if key is not None and not passed_engine:
-        return key, callers, True  # the user's own Python running inside backward (custom Function, hook)
+        return key, callers, True, via  # the user's own Python running inside backward (custom Function, hook)
     forward, forward_callers = _forward_frames(node)
     if forward is not None:
-        return forward, forward_callers, True
+        return forward, forward_callers, True, ()
     # No forward stack when the node was built before anomaly mode was on: fall back to the backward() call.
-    return key, callers, True
+    return key, callers, True, ()
+
+
+def _in_engine_hook() -> bool:
+    """Whether the op dispatched now is C++ code's in the autograd engine's own hooks or callbacks: the first frame
+    past the measuring machinery's modes is the engine's entry, and the engine runs no node, or a leaf's
+    AccumulateGrad (whose hooks run after it)."""
+    frame = inspect.currentframe()
+    try:
+        while frame is not None and not _is_engine_entry(frame):
+            name = frame.f_code.co_filename
+            if is_user_file(name) or (_is_torch_file(name) and not _qualified(frame).startswith(_DISPATCH_PLUMBING)):
+                return False
+            frame = frame.f_back
+    finally:
+        del frame
+    node = _current_autograd_node()
+    return node is None or type(node).__name__ == "AccumulateGrad"
+
+
+def script_caller(frame: FrameType | None) -> tuple[str, int, str] | None:
+    """The user's line that called into torch, from ``frame`` (the frame calling a torch function) outwards: the
+    first frame outside torch, as a (path, line, function) key; None when that frame is the measuring machinery's
+    (the suite's own call, such as the hazard counter turning on anomaly mode)."""
+    while frame is not None and _is_torch_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is None or not is_user_file(frame.f_code.co_filename):
+        return None
+    return frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name
 
 
 class HazardLocator:
@@ -309,7 +372,7 @@ class HazardLocator:
 
     def __init__(self, *, provenance: Provenance | None = None) -> None:
         self._provenance = provenance
-        self._sites: Counter[tuple[str, _Key | None, bool, tuple[_Key, ...]]] = Counter()
+        self._sites: Counter[tuple[str, _Key | None, bool, tuple[_Key, ...], tuple[str, ...]]] = Counter()
         self._counter: SyncHazardCounter | None = None
         self._stack: contextlib.ExitStack | None = None
 
@@ -327,23 +390,26 @@ class HazardLocator:
             stack, self._stack = self._stack, None
             stack.close()
 
-    def _record(self, label: str) -> None:
-        key, callers, in_backward = locate_dispatch_stack()
-        self._sites[(label, key, in_backward, callers)] += 1
+    def _record(self, label: str) -> bool:
+        if label in _SCALAR_READS and _in_engine_hook():
+            return False  # DDP's reducer reading its map of used parameters, in host memory (the module docstring)
+        key, callers, in_backward, via = _locate()
+        self._sites[(label, key, in_backward, callers, via)] += 1
+        return True
 
     @property
     def result(self) -> LocatedHazards:
         """The hazards so far, each with its source line and the call sites above it."""
-        grouped: dict[tuple[str, _Key | None, bool], Counter[tuple[_Key, ...]]] = {}
-        for (label, key, in_backward, callers), count in self._sites.items():
-            grouped.setdefault((label, key, in_backward), Counter())[callers] += count
+        grouped: dict[tuple[str, _Key | None, bool, tuple[str, ...]], Counter[tuple[_Key, ...]]] = {}
+        for (label, key, in_backward, callers, via), count in self._sites.items():
+            grouped.setdefault((label, key, in_backward, via), Counter())[callers] += count
         sites = []
-        for (label, key, in_backward), chains in grouped.items():
+        for (label, key, in_backward, via), chains in grouped.items():
             call_sites = tuple(
                 CallSite(tuple(line for line in map(source_line, chain) if line is not None), n)
                 for chain, n in sorted(chains.items(), key=lambda item: (-item[1], item[0]))
             )
-            sites.append(HazardSite(label, source_line(key), in_backward, sum(chains.values()), call_sites))
+            sites.append(HazardSite(label, source_line(key), in_backward, sum(chains.values()), call_sites, via))
         sites.sort(key=lambda s: (-s.count, s.line.path if s.line else "", s.line.lineno if s.line else 0, s.label))
         counts = self._counter.result if self._counter is not None else HazardCounts()
         return LocatedHazards(sites=tuple(sites), counts=counts)

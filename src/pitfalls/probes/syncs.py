@@ -257,7 +257,8 @@ class SyncHazardCounter(TorchDispatchMode):
         label_ranges: also wrap each hazard call in a `torch.profiler.record_function("sync-hazard: <label>")`
             range, so a profiler trace shows where the hazards are.
         on_hazard: called with the label of each hazard call, before the call runs, so it can look at the
-            Python stack that dispatched it (see `pitfalls.probes.sites`).
+            Python stack that dispatched it (see `pitfalls.probes.sites`); it returns False for a call that is no
+            hazard after all (a read of host memory the stack tells apart), which is then not counted.
         provenance: the host-made tensors known so far (from `hostcopy.keep_provenance` over a warm-up), read and
             added to while counting; None starts afresh at each `with`, every tensor made before it taken for
             the program's device.
@@ -269,7 +270,7 @@ class SyncHazardCounter(TorchDispatchMode):
         self,
         *,
         label_ranges: bool = False,
-        on_hazard: Callable[[str], None] | None = None,
+        on_hazard: Callable[[str], bool | None] | None = None,
         provenance: Provenance | None = None,
     ) -> None:
         super().__init__()
@@ -302,9 +303,8 @@ class SyncHazardCounter(TorchDispatchMode):
             stack.close()  # the function mode, this dispatch mode, then the stance, innermost first
 
     def _hazard(self, label: str) -> None:
-        self._counter[label] += 1
-        if self._on_hazard is not None:
-            self._on_hazard(label)
+        if self._on_hazard is None or self._on_hazard(label) is not False:
+            self._counter[label] += 1
 
     def _label(self, func: torch._ops.OpOverload, args: tuple, kwargs: Mapping[str, Any]) -> str | None:
         provenance = self._provenance

@@ -82,64 +82,68 @@ def main() -> None:
         weights = iter(DataLoader(TensorDataset(torch.rand(10**5, CLASSES)), batch_size=BATCH, pin_memory=True))
     buffer = torch.zeros(BATCH, device=device)
     seen, kept, step = 0.0, torch.zeros((), device=device), 0
-    for images, labels in DataLoader(data, batch_size=BATCH):  # planted: wide dtypes; planted: the loader keeps up
-        step += 1
-        host_labels = labels
-        images = images.to(device, non_blocking=True)  # planted: a non-blocking copy from pageable memory
-        (weight,) = next(weights)  # right: a batch in its smallest lossless dtypes
-        weight = weight.to(device, non_blocking=True)  # planted: a pinned copy's bytes; right: pageable
-        labels = labels.to(device)  # planted: a batch's blocking copy
-        ahead = torch.randn(BATCH, CLASSES).to(device, non_blocking=True)  # planted: a host fill, not blocking
-        noise = torch.randn(BATCH, CLASSES).to(device)  # planted: a host fill copied to the device
-        jitter = torch.randn(BATCH, CLASSES, device=device)  # right: made on the device, no copy at all
-        with torch.no_grad():
-            torch.backends.cudnn.allow_tf32 = False
-            smoothed = blur(images)  # planted: a float32 convolution without TF32
-            torch.backends.cudnn.allow_tf32 = True
-            torch.set_float32_matmul_precision("high")
-            target = teacher(smoothed.mean((2, 3)))  # right: a float32 matmul and convolution with TF32
-            torch.set_float32_matmul_precision("highest")
-        logits, extra = model(images)
-        loss = F.cross_entropy(logits + noise + jitter + ahead, labels, weight=weight[0]) \
-            + (logits - target).square().mean() + extra.mean()
-        slow.zero_grad(set_to_none=False)  # planted: the gradients filled with zeros
-        fast.zero_grad()  # right: set to None
-        loss.backward()
-        slow.step()
-        fast.step()
-        with torch.no_grad():
-            scores = logits.detach()[:, 0]
-            compiled[0](scores)
-            compiled[1](scores)
-            compiled[2](scores[: 4 if step < args.new_shape_at else 3])
-            compiled[3](scores[:4])
-            seen += scores.sum().item()  # planted: a scalar read
-            kept += scores.sum()  # right: summed on the device
-            picked = torch.nonzero(scores > 0)  # planted: nonzero
-            counted = torch.count_nonzero(scores > 0)  # right: counted on the device
-            positive = scores[scores > 0]  # planted: a boolean mask
-            masked = torch.where(scores > 0, scores, 0.0)  # right: torch.where
-            classes = torch.unique(labels)  # planted: unique
-            ordered = torch.sort(labels).values  # right: sorted, and the changes counted on the device
-            changes = (ordered[1:] != ordered[:-1]).sum()
-            logged = scores[:2].tolist()  # planted: a blocking copy to the host
-            copied = scores[:2].clone()  # right: kept on the device
-            binned = torch.bincount(labels)  # planted: a data-dependent shape
-            summed = torch.zeros(CLASSES, device=device).index_add_(0, labels, scores)  # right: a fixed shape
-            counts = torch.full((BATCH,), 2, device=device)
-            repeated = torch.repeat_interleave(scores, counts)  # planted: the repeats read on the host
-            sized = torch.repeat_interleave(scores, counts, output_size=2 * BATCH)  # right: output_size given
-            buffer[:2] = host_labels[:2]  # planted: a write of host data
-            buffer[2:4] = labels[2:4]  # right: a write of device data
-            order = torch.argsort(scores)[:2]
-            buffer[order] = 1.0  # planted: an assignment of a host value
-            buffer[order] = torch.full((), 2.0, device=device)  # right: a value made on the device
-            as_array = None
-            if device.type == "cpu":  # on CUDA the plant is a TypeError, not a sync
-                as_array = scores.numpy()  # planted: numpy of device data
-            host_array = host_labels.numpy()  # right: numpy of host data
-        del picked, counted, positive, masked, classes, changes, logged, copied, binned, summed, repeated, sized
-        del as_array, host_array
+    torch.backends.cudnn.benchmark = True  # right: cuDNN times each convolution's fixed shapes once
+    try:
+        for images, labels in DataLoader(data, batch_size=BATCH):  # planted: wide dtypes; planted: the loader keeps up
+            step += 1
+            host_labels = labels
+            images = images.to(device, non_blocking=True)  # planted: a non-blocking copy from pageable memory
+            (weight,) = next(weights)  # right: a batch in its smallest lossless dtypes
+            weight = weight.to(device, non_blocking=True)  # planted: a pinned copy's bytes; right: pageable
+            labels = labels.to(device)  # planted: a batch's blocking copy
+            ahead = torch.randn(BATCH, CLASSES).to(device, non_blocking=True)  # planted: a host fill, not blocking
+            noise = torch.randn(BATCH, CLASSES).to(device)  # planted: a host fill copied to the device
+            jitter = torch.randn(BATCH, CLASSES, device=device)  # right: made on the device, no copy at all
+            with torch.no_grad():
+                torch.backends.cudnn.allow_tf32 = False
+                smoothed = blur(images)  # planted: a float32 convolution without TF32
+                torch.backends.cudnn.allow_tf32 = True
+                torch.set_float32_matmul_precision("high")
+                target = teacher(smoothed.mean((2, 3)))  # right: a float32 matmul and convolution with TF32
+                torch.set_float32_matmul_precision("highest")
+            logits, extra = model(images)
+            loss = F.cross_entropy(logits + noise + jitter + ahead, labels, weight=weight[0]) \
+                + (logits - target).square().mean() + extra.mean()
+            slow.zero_grad(set_to_none=False)  # planted: the gradients filled with zeros
+            fast.zero_grad()  # right: set to None
+            loss.backward()
+            slow.step()
+            fast.step()
+            with torch.no_grad():
+                scores = logits.detach()[:, 0]
+                compiled[0](scores)
+                compiled[1](scores)
+                compiled[2](scores[: 4 if step < args.new_shape_at else 3])
+                compiled[3](scores[:4])
+                seen += scores.sum().item()  # planted: a scalar read
+                kept += scores.sum()  # right: summed on the device
+                picked = torch.nonzero(scores > 0)  # planted: nonzero
+                counted = torch.count_nonzero(scores > 0)  # right: counted on the device
+                positive = scores[scores > 0]  # planted: a boolean mask
+                masked = torch.where(scores > 0, scores, 0.0)  # right: torch.where
+                classes = torch.unique(labels)  # planted: unique
+                ordered = torch.sort(labels).values  # right: sorted, and the changes counted on the device
+                changes = (ordered[1:] != ordered[:-1]).sum()
+                logged = scores[:2].tolist()  # planted: a blocking copy to the host
+                copied = scores[:2].clone()  # right: kept on the device
+                binned = torch.bincount(labels)  # planted: a data-dependent shape
+                summed = torch.zeros(CLASSES, device=device).index_add_(0, labels, scores)  # right: a fixed shape
+                counts = torch.full((BATCH,), 2, device=device)
+                repeated = torch.repeat_interleave(scores, counts)  # planted: the repeats read on the host
+                sized = torch.repeat_interleave(scores, counts, output_size=2 * BATCH)  # right: output_size given
+                buffer[:2] = host_labels[:2]  # planted: a write of host data
+                buffer[2:4] = labels[2:4]  # right: a write of device data
+                order = torch.argsort(scores)[:2]
+                buffer[order] = 1.0  # planted: an assignment of a host value
+                buffer[order] = torch.full((), 2.0, device=device)  # right: a value made on the device
+                as_array = None
+                if device.type == "cpu":  # on CUDA the plant is a TypeError, not a sync
+                    as_array = scores.numpy()  # planted: numpy of device data
+                host_array = host_labels.numpy()  # right: numpy of host data
+            del picked, counted, positive, masked, classes, changes, logged, copied, binned, summed, repeated, sized
+            del as_array, host_array
+    finally:
+        torch.backends.cudnn.benchmark = False
 
 if __name__ == "__main__":
     main()

@@ -18,16 +18,16 @@ from pitfalls._import import registered
 from pitfalls.doctor.records import ScanContext, Seen
 from pitfalls.doctor.report import Finding
 from pitfalls.doctor.rule import Rule
-from pitfalls.doctor.rules import compiled, copies, loader, model, syncs
+from pitfalls.doctor.rules import compiled, copies, loader, model, settings, syncs, training
 
 __all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "RULES_ENV", "all_rules", "findings", "instruments", "load_errors",
-           "reload", "rule"]
+           "reload", "rule", "watches"]
 
 ENTRY_POINT_GROUP = "pitfalls.rules"
 RULES_ENV = "PITFALLS_RULES"
 # In the order ties between findings of equal cost keep in the report.
 BUILTIN: tuple[Rule, ...] = (*loader.RULES[:2], *syncs.RULES, *copies.RULES, *compiled.RULES, loader.WIDE,
-                             *model.RULES)
+                             *model.RULES, *training.RULES, *settings.RULES)
 
 
 @functools.cache
@@ -58,6 +58,11 @@ def rule(name: str) -> Rule | None:
 def instruments() -> tuple[Callable[[ScanContext], AbstractContextManager[Any]], ...]:
     """The instruments the rules need in the scanned steps, each once, in the order of the rules that need them."""
     return tuple(dict.fromkeys(r.instrument for r in all_rules() if r.instrument is not None))
+
+
+def watches() -> tuple[Callable[[], AbstractContextManager[Any]], ...]:
+    """The watches of the whole run the rules need, each once, in the order of the rules that need them."""
+    return tuple(dict.fromkeys(r.watch for r in all_rules() if r.watch is not None))
 
 
 def findings(seen: Seen) -> list[Finding]:

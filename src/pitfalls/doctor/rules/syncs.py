@@ -1,6 +1,8 @@
 """The sync rules: one a class of sync hazard (`pitfalls.probes.rewrites.CLASSES`), read by the hazard counter of the
 scanned steps (`HazardLocator`, the one behind `pitfalls scan`), each hazard line a finding with its count per step
-and, for a line inside a helper, the lines of the step that call it. On a GPU its cost is the host's measured wait
+and, for a line inside a helper, the lines of the step that call it. GradScaler's own reads (its inf check in
+``scaler.step``, ``get_scale``) are classes of their own, told apart by the torch functions between the line and the
+op, so the line's scalar-read rule does not count them again. On a GPU its cost is the host's measured wait
 in the syncing call (the GPU phase); on a CPU it is not measurable.
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
+from pitfalls.doctor.planted import GPU_PATH
 from pitfalls.doctor.planted import RULES as SCRIPT
 from pitfalls.doctor.reasons import NO_CPU_COST
 from pitfalls.doctor.records import Seen
@@ -31,6 +34,9 @@ _SOURCES = {
                              "ExtraCUDACopyPattern",
     rewrites.DATA_TO_DEVICE: _NSIGHT,
     rewrites.ELEMENT_WRITE: _NSIGHT,
+    rewrites.INF_CHECK: "torch/amp/grad_scaler.py (GradScaler._maybe_opt_step reads found_inf with .item() unless the "
+                        "optimizer has _step_supports_amp_scaling)",
+    rewrites.GET_SCALE: "torch/amp/grad_scaler.py (GradScaler.get_scale: 'incurs a CPU-GPU sync')",
 }
 # Each class's planted line in the rules script, and its twin done right.
 _PLANTS = {
@@ -49,6 +55,17 @@ _PLANTS = {
     rewrites.REPEAT: ("repeated = torch.repeat_interleave(scores, counts)",
                       "sized = torch.repeat_interleave(scores, counts, output_size"),
 }
+# GradScaler's own reads, planted in the GPU path's script (written for CUDA).
+_GPU_PATH_PLANTS = {
+    rewrites.INF_CHECK: ("scaler.step(slow)", "scaler.step(fused)"),
+    rewrites.GET_SCALE: ("current = scaler.get_scale()", "initial = scaler.get_scale()"),
+}
+
+
+def _plant(hazard: HazardClass) -> Plant:
+    if hazard in _GPU_PATH_PLANTS:
+        return Plant.of(GPU_PATH, *_GPU_PATH_PLANTS[hazard])
+    return Plant.of(SCRIPT, *_PLANTS[hazard])
 
 
 def _call_sites(site: HazardSite, step_functions: frozenset[tuple[str, str]]) -> tuple[tuple[str, int], ...]:
@@ -96,7 +113,7 @@ def _finder(hazard: HazardClass) -> Callable[[Seen], list[Hit]]:
 
 RULES = tuple(
     Rule(hazard.name, "sync", hazard.finds, hazard.rewrite, _SOURCES.get(hazard, _TAGS),
-         "the sync-hazard counter of the scanned steps, by line", _finder(hazard), Plant.of(SCRIPT, *_PLANTS[hazard]),
+         "the sync-hazard counter of the scanned steps, by line", _finder(hazard), _plant(hazard),
          where="CPU or GPU; costs measured on a GPU", gated=True)
     for hazard in rewrites.CLASSES
 )
