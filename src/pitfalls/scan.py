@@ -1,8 +1,5 @@
-"""`pitfalls scan TARGET`: find the sync hazards in a user's own code on any device, each at its source line.
-
-The step is run once to warm up, then a few counted calls under a `HazardLocator`; every hazard is reported at
-the user's line that dispatched it (for backward ops, the forward line that built them), with the rewrite that
-removes it, per call. Compiled code runs eagerly while counted, so the figures are those of the eager program.
+"""`pitfalls scan TARGET`: find the sync hazards in a user's own code on any device, each at its source line
+(docs/scan.md).
 """
 
 from __future__ import annotations
@@ -96,11 +93,8 @@ def _line_json(line: SourceLine | None) -> dict[str, Any]:
 
 def scan_step(step: Callable[[], object], *, calls: int = DEFAULT_CALLS, warmup: int = 1,
               trace: str | Path | None = None, name: str = "step", provenance: Provenance | None = None) -> ScanReport:
-    """Run `step` `warmup` times, then `calls` times under a `HazardLocator`, and report its hazards by line.
-
-    The warm-up calls run eagerly while the tensors they make on the host are recorded (`keep_provenance`), so a
-    tensor the step keeps from one call to the next (an optimizer's host-side step count) is still host-made
-    when the counted calls read it.
+    """Run `step` `warmup` times (recording what it makes on the host: `keep_provenance`), then `calls` times under a
+    `HazardLocator`, and report its hazards by line.
 
     Args:
         step: a zero-argument callable, e.g. one training step.

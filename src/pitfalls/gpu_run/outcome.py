@@ -1,8 +1,5 @@
-"""A piece's outcome: its rows saved as each one comes, its error with its traceback, and its text in the report.
-
-A piece runs inside `attempt`, which saves its outcome when it starts, after each row it builds in a list from
-`piece_rows`, and when it ends: a piece stopped by the budget (or a hang) keeps the rows it finished, and one that
-raises keeps them above its traceback.
+"""A piece's outcome: its rows saved as each one comes (docs/gpu.md), its error with its traceback, and its text in
+the report.
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
-"""Every piece of the budgeted run, in its fixed priority order, and what each one measures.
-
-1. The asv quick grid's cases of the loss and sampler families on the device, one slice per benchmark class (the
-   compile classes last: minutes of compiling each).
-2. The articles' headline measurements at the articles' sizes (`pitfalls.gpu_run.headlines`).
-3. The loader family's asv cases on the device; the parallel family's largest-global-batch search, bounded, and
-   its asv cases.
-4. The GPU proof: the gate, syncs against hazards and the scan corpus (`pitfalls.gpu_run.syncs`), NVML, CUDA events
-   against host time, scan-loader's pinned copies, the loader's step cost, the calibration table's CUDA rows
-   (`pitfalls.gpu_run.checks`), the doctor's planted script (its real syncs per line against its hazard counts,
-   their stalls), the calibration family's asv cases and its published CUDA rows, and last the interleaved
-   speedups of every variant at every family's sizes.
+"""Every piece of the budgeted run, in its fixed priority order (docs/gpu.md lists them), and what each measures.
 
 A piece runs in a process of its own (``python -m pitfalls.gpu_run piece NAME``) and writes its outcome into
-``OUT/pieces/<name>.json`` as it goes, row by row where it has rows, so that a piece the budget stops keeps what
-it finished.
+``OUT/pieces/<name>.json`` as it goes.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """Real CUDA syncs on the device against what the suite counts without one: every case's sync hazards, count for
-count, and the scan corpus line by line (its labels, the scan on the CPU and on the device).
-
-Hazards are counted on the eager program on any device; real syncs by PyTorch's CUDA sync debug mode. Off a GPU
-the real syncs read "unavailable: <reason>" and every comparison with them n/a.
+count, and the scan corpus line by line. Off a GPU the real syncs read "unavailable: <reason>".
 """
 
 from __future__ import annotations

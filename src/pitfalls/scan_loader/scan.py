@@ -1,9 +1,7 @@
 """Measure a user's DataLoader: its batches' anatomy, throughput per setting against its ceiling, its memory.
 
-Every setting is timed by the loader family's own steady-state routine (`steady.steady_state`, the one its
-samples/s and speedup use), one after the other: a setting's
-workers are shut down before the next one starts, so nothing prefetches while another is timed. The budget bounds
-the whole scan; a setting it does not reach is skipped with the reason.
+Each setting is timed by the loader family's own `steady.steady_state`, one after the other, within the budget
+(docs/scan-loader.md).
 """
 
 from __future__ import annotations

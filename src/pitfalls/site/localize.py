@@ -1,8 +1,7 @@
 """Make asv's published site self-contained: vendored libraries instead of CDN addresses, hashes kept.
 
-``python -m pitfalls.site.localize [asv publish arguments]`` runs ``asv publish`` into a fresh folder, localizes
-it and then puts its contents into the site folder; :func:`publish` localizes a folder ``asv publish`` already
-wrote.
+``python -m pitfalls.site.localize [asv publish arguments]`` publishes and localizes; :func:`publish` localizes a
+folder ``asv publish`` already wrote.
 """
 
 from __future__ import annotations
