@@ -13,10 +13,9 @@ import os
 import socket
 import stat
 import sys
-import threading
 import urllib.parse
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Iterable
+from contextlib import suppress
 from http import HTTPStatus
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -216,27 +215,6 @@ def url_of(server: ThreadingHTTPServer) -> str:
     host = host.decode("ascii") if isinstance(host, bytes) else str(host)
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}/"
-
-
-@contextmanager
-def serving(html_dir: str | os.PathLike[str], idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S) -> Iterator[str]:
-    """Serve ``html_dir`` on a free loopback port in a background thread for the duration of a ``with`` block.
-
-    Args:
-        html_dir, idle_timeout_s: as `make_server`'s.
-
-    Yields:
-        The site's URL, e.g. ``"http://127.0.0.1:43817/"``.
-    """
-    server = make_server(html_dir, idle_timeout_s=idle_timeout_s)
-    thread = threading.Thread(target=server.serve_forever, name="pitfalls-site", daemon=True)
-    thread.start()
-    try:
-        yield url_of(server)
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 def main(argv: Iterable[str] | None = None) -> int:
