@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from pitfalls._checks import check_int_at_least
+from pitfalls._checks import check_callable, check_int_at_least
 from pitfalls.argtypes import positive
 from pitfalls.hazard_guard import shown_call_sites
 from pitfalls.probes.hostcopy import Provenance, keep_provenance
@@ -110,8 +110,7 @@ def scan_step(step: Callable[[], object], *, calls: int = DEFAULT_CALLS, warmup:
     Raises:
         ScannedCodeError: the step raised; the error keeps the step's own exception.
     """
-    if not callable(step):
-        raise TypeError(f"step must be callable, got {type(step).__name__}: {step!r}")
+    check_callable("step", step)
     check_int_at_least("calls", calls, 1)
     check_int_at_least("warmup", warmup, 0)
     provenance = provenance if provenance is not None else Provenance()

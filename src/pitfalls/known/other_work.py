@@ -180,7 +180,7 @@ def on_free_cores(run: Callable[[], T], needs: int) -> tuple[T, Conditions]:
     Returns:
         What ``run`` returned, and the `Conditions` it ran in.
     """
-    waited, before = wait_for_cores(needs)
+    waited, before = wait_for_cores(needs, timeout_s=WAIT_S)  # read now: a test may set it
     with OtherWorkMeter() as meter:
         value = run()
     return value, Conditions(needs, allowed_other_work(needs), waited, before, meter.result)
