@@ -21,8 +21,8 @@ from pitfalls.probes.hostcopy import Provenance, keep_provenance
 from pitfalls.probes.sites import HazardLocator, LocatedHazards
 
 __all__ = [
-    "CORPUS", "HELPER", "Agreement", "Construct", "agreement", "corpus_data", "expected_per_line", "line_of",
-    "run_corpus", "runs_on", "scan_per_line",
+    "CORPUS", "HELPER", "Agreement", "Construct", "agreement", "corpus_data", "counted_line", "expected_per_line",
+    "line_of", "run_corpus", "runs_on", "scan_per_line",
 ]
 
 N = 64
@@ -436,6 +436,11 @@ def line_of(fn: Callable[..., object]) -> tuple[str, int]:
     return inspect.getsourcefile(fn) or "", start + len(lines) - 1
 
 
+def counted_line(construct: Construct) -> tuple[str, int]:
+    """The line a construct's syncs are counted at: its own, or for the helper its callee's (where scans count)."""
+    return line_of(_nonzero_rows if construct is HELPER else construct.run)
+
+
 def runs_on(construct: Construct, device: str | torch.device) -> bool:
     """Whether a construct runs on `device` (a device or its name): one that needs CUDA runs there only."""
     return not construct.needs_cuda or torch.device(device).type == "cuda"
@@ -455,9 +460,7 @@ _Line = tuple[str, int]
 def expected_per_line(device: str | torch.device | None = None) -> dict[_Line, int]:
     """``{(path, line): syncs per call}`` of `run_corpus` as labelled (the helper's at its own line), for the
     constructs that run on `device` (None: every construct, the CUDA-only ones too)."""
-    expected = {line_of(c.run): c.syncs for c in CORPUS if device is None or runs_on(c, device)}
-    expected[line_of(_nonzero_rows)] = HELPER.syncs
-    return expected
+    return {counted_line(c): c.syncs for c in (*CORPUS, HELPER) if device is None or runs_on(c, device)}
 
 
 def scan_per_line(device: str = "cpu", *, calls: int = 2) -> tuple[dict[_Line, float], LocatedHazards]:

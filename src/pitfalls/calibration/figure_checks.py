@@ -65,11 +65,8 @@ WARMUP_CYCLES = 10_000_000
 
 
 def median_reading(measure: Callable[[str], Reading], times: int = 3) -> Callable[[str], Reading]:
-    """Read a timed check ``times`` times and keep the reading whose measured/planted ratio is the median.
-
-    On a 2-core machine shared by a dozen busy processes one reading in ten or twenty lands in a scheduling storm
-    (see the README's spread); the median of three is the protocol the tolerances were chosen for.
-    """
+    """Read a timed check ``times`` times and keep the reading whose measured/planted ratio is the median: the
+    protocol the tolerances were chosen for (docs/methodology.md, "The spread the tolerances were chosen from")."""
 
     def measure_median(device: str) -> Reading:
         readings = [measure(device) for _ in range(times)]

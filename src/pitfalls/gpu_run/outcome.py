@@ -63,10 +63,7 @@ def is_failure(outcome: Any) -> bool:
 def attempt(figures: dict[str, Any], key: str, measure: Callable[[], Any],
             write: Callable[[dict[str, Any]], None]) -> None:
     """Run one piece into ``figures[key]``, ``write`` saving the figures when it starts, after each row of it
-    (`piece_rows`) and when it ends.
-
-    If it raises, its outcome is the error and its traceback. The error is not hidden: it is printed, written into
-    the piece's part of the report, and makes the piece fail.
+    (`piece_rows`) and when it ends; if it raises, its outcome is the error and its traceback, printed too.
 
     Args:
         figures: the outcomes, by key; ``figures[key]`` is set.

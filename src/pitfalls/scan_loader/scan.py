@@ -59,10 +59,8 @@ class ScanOptions:
         workers: the num_workers values to time.
         budget_s: seconds the whole scan may take (a batch under way is finished).
         min_seconds: the least a setting is timed (None: from the budget).
-        memory_interval_s: the group memory sampler's period during a timed run. Reading /proc/PID/smaps_rollup
-            takes the GIL and each process's memory map lock: every 15 ms it cost about a quarter of the
-            throughput of a no-worker loader on this loaded 2-core machine, so it samples less often than the
-            calibration's default.
+        memory_interval_s: the group memory sampler's period during a timed run, longer than the calibration's
+            default: reading a process's memory map costs throughput (docs/scan-loader.md).
     """
 
     device: torch.device = torch.device("cpu")
