@@ -67,8 +67,7 @@ def _on_device(measure: Callable[[str, Sizes], Any]) -> Measure:
 
 
 def _doctor(ctx: Context) -> dict[str, Any]:
-    """`pitfalls doctor` on its planted training script on the device: per planted line the hazard count against
-    the real syncs of CUDA's sync debug mode and the stall each costs, the copies' bandwidth; its report kept."""
+    """`pitfalls doctor` on its planted training script on the device (`pitfalls.gpu_run.doctor`)."""
     from pitfalls.gpu_run.doctor import gpu_check
 
     return gpu_check(ctx.out / "doctor", ctx.device)
@@ -94,9 +93,8 @@ _CALIBRATION = (*(AsvSlice("bench_calibration", cls, mode_axis=False) for cls in
                 AsvSlice("bench_calibration", "Error", device_axis=False, mode_axis=False,
                          cases=cuda_calibration_selection))
 
-# The guesses are on the high side for a first run on a new kind (a piece left out is cheaper than one stopped
-# half-way): an asv slice starts asv, its discovery and a benchmark process per case; the H200's proof took 18 s
-# for the gate and the corpus, 15 s for scan-loader and the loader's step cost.
+# The guesses are on the high side for a first run on a new kind (docs/gpu.md, "Costs"): a piece left out is
+# cheaper than one stopped half-way.
 _CATALOGUE: list[tuple[Piece, Measure]] = [
     *_slices(1, _LOSS_SAMPLER, cuda_s=90, cpu_s=60),
     *_slices(1, _COMPILE, cuda_s=420, cpu_s=300),
