@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import site_browser as browser
 from asv import util
 from sandbox import (
     bootstrapped,  # noqa: F401 (an autouse fixture)
@@ -18,10 +19,9 @@ from sandbox import (
     run_script,
     tree_digest,
 )
+from site_browser import serving
 
 from pitfalls import asv_files
-from pitfalls.site import browser
-from pitfalls.site.server import serving
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from site_browser import serving
 
-from pitfalls.site.server import allowed_hosts, main, make_server, serving
+from pitfalls.site.server import allowed_hosts, main, make_server
 
 IDLE_S = 1.0  # the idle timeout the tests give the server: short, so a closed connection shows quickly
 GUARD_S = 10.0  # how long a test waits for an answer before it calls the server stuck (a guard, not a timing)

@@ -13,11 +13,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import site_browser as browser
+from site_browser import serving
 
-from pitfalls.site import assets, browser, localize, manifest, rebuild
+from pitfalls.site import assets, localize, manifest, rebuild
 from pitfalls.site.localize import VENDOR_FOLDER, publish
 from pitfalls.site.markup import external_resources, replace_url, resources
-from pitfalls.site.server import check_loopback, make_server, serving
+from pitfalls.site.server import check_loopback, make_server
 
 # asv's error.html says "One or more external (JavaScript) dependencies ... failed to load".
 FAILED_TO_LOAD = "failed to load"

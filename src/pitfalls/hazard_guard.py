@@ -1,10 +1,7 @@
-"""A guard for tests: fail when a block dispatches a sync hazard, naming the source line of each.
+"""A guard for tests: fail when a block dispatches a sync hazard, naming the source line of each (docs/scan.md).
 
-    with pitfalls.no_sync_hazards(allow={"aten.nonzero"}):
-        step()
-
-The block runs under a `HazardLocator` (any device, a CPU CI runner included); on a clean exit any hazard not
-allowed raises `SyncHazardError`, an AssertionError, so a test framework reports it as a failure.
+On a clean exit any hazard not allowed raises `SyncHazardError`, an AssertionError, so a test framework reports it
+as a failure.
 """
 
 from __future__ import annotations

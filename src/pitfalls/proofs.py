@@ -1,11 +1,5 @@
-"""The one reader of ``proof/``: each GPU run's folder as one record, whichever command wrote it.
-
-A folder under ``proof/`` holds what ``scripts/gpu-run merge`` keeps of a budgeted run (``figures.json``: the run's
-facts and each piece's outcome under the piece's name; ``run.json``: its ledger), or what the one-call GPU proof
-wrote before the budgeted run took its checks over (``figures.json``: its facts, its ``environment`` and each
-check's outcome under the check's own key), and ``pitfalls calibrate --json`` outputs (``calibrate*.json``).
-`read_proofs` reads them all the same way: outcomes by piece name, one environment, every calibration row. The
-docs' tables, the report, the claims table and the merge read ``proof/`` through it alone.
+"""The one reader of ``proof/``: each GPU run's folder as one record, whichever command wrote it (docs/gpu.md,
+"Reading proof/"): outcomes by piece name, one environment, every calibration row.
 """
 
 from __future__ import annotations

@@ -1,13 +1,5 @@
-"""pytest plugin (entry point `pytest11`): the `sync_hazards` fixture, to keep a training step free of syncs in CI.
-
-    def test_step_is_sync_free(sync_hazards):
-        step = make_step()
-        step()  # warm-up, unguarded
-        with sync_hazards(allow={"aten.nonzero"}):
-            step()
-
-It works on a CPU: hazards are ops that would make the host wait on an accelerator, found by their ATen tags.
-"""
+"""pytest plugin (entry point `pytest11`): the `sync_hazards` fixture, to keep a training step free of syncs in CI
+(docs/scan.md shows it in use)."""
 
 from __future__ import annotations
 

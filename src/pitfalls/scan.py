@@ -1,8 +1,5 @@
-"""`pitfalls scan TARGET`: find the sync hazards in a user's own code on any device, each at its source line.
-
-The step is run once to warm up, then a few counted calls under a `HazardLocator`; every hazard is reported at
-the user's line that dispatched it (for backward ops, the forward line that built them), with the rewrite that
-removes it, per call. Compiled code runs eagerly while counted, so the figures are those of the eager program.
+"""`pitfalls scan TARGET`: find the sync hazards in a user's own code on any device, each at its source line
+(docs/scan.md).
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from pitfalls._checks import check_int_at_least
+from pitfalls._checks import check_callable, check_int_at_least
 from pitfalls.argtypes import positive
 from pitfalls.hazard_guard import shown_call_sites
 from pitfalls.probes.hostcopy import Provenance, keep_provenance
@@ -96,11 +93,8 @@ def _line_json(line: SourceLine | None) -> dict[str, Any]:
 
 def scan_step(step: Callable[[], object], *, calls: int = DEFAULT_CALLS, warmup: int = 1,
               trace: str | Path | None = None, name: str = "step", provenance: Provenance | None = None) -> ScanReport:
-    """Run `step` `warmup` times, then `calls` times under a `HazardLocator`, and report its hazards by line.
-
-    The warm-up calls run eagerly while the tensors they make on the host are recorded (`keep_provenance`), so a
-    tensor the step keeps from one call to the next (an optimizer's host-side step count) is still host-made
-    when the counted calls read it.
+    """Run `step` `warmup` times (recording what it makes on the host: `keep_provenance`), then `calls` times under a
+    `HazardLocator`, and report its hazards by line.
 
     Args:
         step: a zero-argument callable, e.g. one training step.
@@ -116,8 +110,7 @@ def scan_step(step: Callable[[], object], *, calls: int = DEFAULT_CALLS, warmup:
     Raises:
         ScannedCodeError: the step raised; the error keeps the step's own exception.
     """
-    if not callable(step):
-        raise TypeError(f"step must be callable, got {type(step).__name__}: {step!r}")
+    check_callable("step", step)
     check_int_at_least("calls", calls, 1)
     check_int_at_least("warmup", warmup, 0)
     provenance = provenance if provenance is not None else Provenance()

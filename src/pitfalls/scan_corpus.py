@@ -1,54 +1,11 @@
 """The sync-hazard corpus: one-line constructs, each labelled with the syncs it makes per call on CUDA.
 
 Every construct is a function whose body is one line, run eagerly with every tensor on one device. The labels
-come from what CUDA does, read in ATen's source and PyTorch's docs, not from what the counter says:
-
-- a boolean mask read (`index` with a kBool index) expands the mask with `nonzero`, which copies its count to the
-  host: 1 sync; so does `masked_select` (it indexes with the mask) and `nonzero` / one-argument `torch.where`;
-- a mask write takes ATen's `masked_fill_` path (no sync) when the value is one element on the CPU, the only
-  index a mask, `accumulate=False` (`canDispatchToMaskedFill`); otherwise it indexes like a read: 1 sync;
-- the backward of `x[mask]` is `index_put` with `accumulate=True`: 1 more sync in the step;
-- `.item()`, `bool()`, `int()`, `float()` and `if t.any():` read one value: 1 sync (`_local_scalar_dense`);
-  formatting a one-element tensor (`f"{t:.4f}"`) calls `.item()`: 1;
-- `torch.equal` reads its answer with `.item()`: 1; `unique` reads the number of distinct values: 1;
-- `bincount` reads `min().cpu()` and `max().item()`: 2; `repeat_interleave` without `output_size` reads the total
-  and checks the repeats: 2, with `output_size`: 0;
-- `.cpu()`, `.to("cpu")`, `.to(device="cpu")`, `.tolist()` are blocking copies to the host: 1;
-  `non_blocking=True` copies into pinned memory without waiting: 0;
-- copies the other way wait too: CUDA's copy kernel ends a copy without `non_blocking` with `memcpy_and_sync`
-  whichever way it goes, so `.to(device)` of a host tensor and `torch.tensor(data, device=...)` (made on the host,
-  then copied) are 1 each (PyTorch issues 120996, 190217), `non_blocking=True` 0 (the sync debug mode never flags
-  it), and what arrives is device data: its `nonzero` is 1; `torch.full(..., device=...)` fills on the device: 0;
-- writing a Python number: one element, `y[3] = 0.0`, is a copy of a host scalar into a one-element view: 1 (PyTorch
-  pull request 186482); a slice, `y[:4] = 0.0`, takes `fill_`: 0; a host tensor into a slice is a copy: 1; through
-  integer indices, `y[idx] = 0.0`, `_index_put_impl_` copies the host scalar to the device first: 1 (pull request
-  186486), 0 when the value is already on the device;
-- integer indexing, `index_select`, `gather`, `topk`, `sort`, `masked_fill`, in-place clamps, three-argument
-  `torch.where`, `count_nonzero`: fixed output shapes, no host read: 0.
-
-The optimizer steps a training script meets, each over two parameter tensors, labelled from torch.optim's source
-(torch 2.11, 2.13 and 2.14 read alike):
-
-- SGD, with or without momentum: foreach or per-tensor arithmetic on the device, no host read: 0;
-- Adam and AdamW, foreach or single-tensor: `_init_group` keeps `state["step"]` on the host, `torch.tensor(0.0,
-  device="cpu")`, unless `capturable` or `fused` ("special device hosting for step": a kernel launch per count
-  would cost more); `_get_value(step)` reads it with `.item()` once per parameter (single-tensor) or twice (the
-  foreach bias corrections): a read of host memory, 0 syncs on CUDA. The counter sees it as host-made because
-  the warm-up step that made it ran under `keep_provenance`;
-- `fused=True` and `capturable=True` keep the step on the device and never read it: 0. `capturable` needs CUDA
-  (`_get_capturable_supported_devices` has no CPU), so it is labelled here and runs only on a GPU; `fused` has a
-  CPU kernel since torch 2.4 and runs on both;
-- `GradScaler.step` with an optimizer without its own scaling reads the inf check, `found_inf.item()` per device,
-  in `_maybe_opt_step`: 1 (the `update()` after it is device work and non-blocking copies: 0); with a fused
-  optimizer (`_step_supports_amp_scaling`) the scaler hands `grad_scale` and `found_inf` to the kernel: 0;
-- `clip_grad_norm_` computes the norm, the clip factor and the scaling on the device: 0; with
-  `error_if_nonfinite=True` it branches on `torch.logical_or(total_norm.isnan(), total_norm.isinf())`: 1.
-
-`CORPUS` lists them; `HELPER` is a helper called from two lines (its syncs are at its own line, per call site).
-A construct that needs CUDA (`Construct.needs_cuda` says why) is labelled like the others and left out of a run
-on any other device: `runs_on` tells.
-``scripts/gpu-run``'s ``proof corpus`` piece (`pitfalls.gpu_run.syncs`) runs the same corpus on CUDA under
-`torch.cuda.set_sync_debug_mode("warn")`.
+come from what CUDA does, read in ATen's source and PyTorch's docs, not from what the counter says: docs/scan.md
+gives each rule and its source. `CORPUS` lists them; `HELPER` is a helper called from two lines. A construct that
+needs CUDA (`Construct.needs_cuda` says why) is labelled like the others and left out of a run on any other device:
+`runs_on` tells. ``scripts/gpu-run``'s ``proof corpus`` piece (`pitfalls.gpu_run.syncs`) runs the same corpus on
+CUDA.
 """
 
 from __future__ import annotations
@@ -64,8 +21,8 @@ from pitfalls.probes.hostcopy import Provenance, keep_provenance
 from pitfalls.probes.sites import HazardLocator, LocatedHazards
 
 __all__ = [
-    "CORPUS", "HELPER", "Agreement", "Construct", "agreement", "corpus_data", "expected_per_line", "line_of",
-    "run_corpus", "runs_on", "scan_per_line",
+    "CORPUS", "HELPER", "Agreement", "Construct", "agreement", "corpus_data", "counted_line", "expected_per_line",
+    "line_of", "run_corpus", "runs_on", "scan_per_line",
 ]
 
 N = 64
@@ -479,6 +436,11 @@ def line_of(fn: Callable[..., object]) -> tuple[str, int]:
     return inspect.getsourcefile(fn) or "", start + len(lines) - 1
 
 
+def counted_line(construct: Construct) -> tuple[str, int]:
+    """The line a construct's syncs are counted at: its own, or for the helper its callee's (where scans count)."""
+    return line_of(_nonzero_rows if construct is HELPER else construct.run)
+
+
 def runs_on(construct: Construct, device: str | torch.device) -> bool:
     """Whether a construct runs on `device` (a device or its name): one that needs CUDA runs there only."""
     return not construct.needs_cuda or torch.device(device).type == "cuda"
@@ -498,16 +460,12 @@ _Line = tuple[str, int]
 def expected_per_line(device: str | torch.device | None = None) -> dict[_Line, int]:
     """``{(path, line): syncs per call}`` of `run_corpus` as labelled (the helper's at its own line), for the
     constructs that run on `device` (None: every construct, the CUDA-only ones too)."""
-    expected = {line_of(c.run): c.syncs for c in CORPUS if device is None or runs_on(c, device)}
-    expected[line_of(_nonzero_rows)] = HELPER.syncs
-    return expected
+    return {counted_line(c): c.syncs for c in (*CORPUS, HELPER) if device is None or runs_on(c, device)}
 
 
 def scan_per_line(device: str = "cpu", *, calls: int = 2) -> tuple[dict[_Line, float], LocatedHazards]:
-    """Scan `run_corpus` once warmed up: the counter's syncs per call by source line, and what it located.
-
-    The warm-up call keeps the provenance of what it makes on the host, as `pitfalls scan` does, so an optimizer's
-    host-side step count made there is still host-made when the counted calls read it.
+    """Scan `run_corpus` once warmed up (under `keep_provenance`, as `pitfalls scan` warms up): the counter's syncs
+    per call by source line, and what it located.
 
     Args:
         device: where the corpus data lives.

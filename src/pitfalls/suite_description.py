@@ -1,11 +1,7 @@
 """The committed suite description, results/benchmarks.json, against what asv writes from this checkout.
 
-asv writes ``benchmarks.json`` from its discovery of the suite (asv_runner's ``discover``, in a fresh process, as
-the main job runs it with the quick grid and no plug-in families); ``pitfalls merge`` compares exactly this file
-between machines. A stale one describes a suite the checkout no longer is.
-
-    python -m pitfalls.suite_description           # exit 1 naming the benchmarks that differ
-    python -m pitfalls.suite_description --write   # refresh results/benchmarks.json as asv would write it
+``python -m pitfalls.suite_description`` exits 1 naming the benchmarks that differ; ``--write`` refreshes the
+file as asv would write it (docs/testing.md, "The committed suite description").
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Turn a scan TARGET into the zero-argument step to run: FILE.py:NAME, MODULE:NAME or FAMILY/VARIANT.
 
-NAME (dotted names reach attributes, e.g. `trainer.step`) is called once with no arguments, so it must need
-none. If that call returns a callable, NAME is a factory and what it returned is the step (it must need no
-arguments either); the factory's own work (building the model and the inputs) is not scanned. Otherwise NAME
-is the step itself and that first call was its warm-up. A file is loaded as a module of its own name, as
-`python FILE` would run it but without putting its folder on `sys.path`: a file that imports its neighbours
-needs `PYTHONPATH` set, or the MODULE:NAME form.
+NAME (dotted names reach attributes, e.g. `trainer.step`) is called once with no arguments: a factory's result is
+the step, else NAME is the step and that call its warm-up (docs/scan.md). A file is loaded as a module of its own
+name, without its folder on `sys.path`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The shared checks: known answers for the figures every family has, through the suite's own functions.
 
-Each check builds a case of the ``calibration`` family (planted costs) with `pitfalls.measure`'s ``case`` and
-reads it with the function the asv benchmark uses (``step`` under the probes' timer, ``speedup``, ``sync_hazards``,
-``cuda_peak_mib``, ``cuda_syncs``, ``nvml_window``) or the probe ``pitfalls probe`` uses (``compile_probe``), so a
-fault in any of them shows as a row that misses its planted value. The compile-seconds row compiles under
-``measure.cold_compile_cache`` and reads ``CompileReport.compile_s``, as ``measure.compile_figures`` does.
+Each check builds a case of the ``calibration`` family (planted costs) and reads it with the function the asv
+benchmark or ``pitfalls probe`` uses, so a fault in any of them shows as a row that misses its planted value
+(docs/methodology.md).
 """
 
 from __future__ import annotations
@@ -67,11 +65,8 @@ WARMUP_CYCLES = 10_000_000
 
 
 def median_reading(measure: Callable[[str], Reading], times: int = 3) -> Callable[[str], Reading]:
-    """Read a timed check ``times`` times and keep the reading whose measured/planted ratio is the median.
-
-    On a 2-core machine shared by a dozen busy processes one reading in ten or twenty lands in a scheduling storm
-    (see the README's spread); the median of three is the protocol the tolerances were chosen for.
-    """
+    """Read a timed check ``times`` times and keep the reading whose measured/planted ratio is the median: the
+    protocol the tolerances were chosen for (docs/methodology.md, "The spread the tolerances were chosen from")."""
 
     def measure_median(device: str) -> Reading:
         readings = [measure(device) for _ in range(times)]
@@ -242,12 +237,8 @@ def _tiny(x: torch.Tensor) -> torch.Tensor:
 
 def planted_backend(ms: float) -> Callable[[torch.fx.GraphModule, list[torch.Tensor]], Callable[..., Any]]:
     """A torch.compile backend that takes ``ms`` to compile: it computes until ``ms`` have passed on the wall clock,
-    then hands dynamo's graph back to be run eagerly.
-
-    It spins rather than sleeps, as a compiler computes: on a loaded machine the pairs of a sleeping backend read
-    high and wide, 253-833 ms (median 313) where spinning read 284-348 (median 305), 15 pairs each at load 5 on
-    2 cores (the row with a sleep failed 3 runs of 20). The deadline is on the wall clock, so the load does not
-    lengthen the planted part beyond the scheduling slice it ends in.
+    then hands dynamo's graph back to be run eagerly (it spins rather than sleeps: docs/methodology.md, "Compile
+    seconds").
 
     Args:
         ms: the milliseconds its compile takes.
@@ -278,16 +269,11 @@ def _compiled_figure(ms: float, figure: Callable[[CompileReport], float]) -> flo
     return figure(report)
 
 
-def planted_compile(ms: float = COMPILE_MS,
-                    figure: Callable[[CompileReport], float] = compile_seconds) -> Callable[[str], Reading]:
-    """The compile-seconds check: a backend of ``ms`` against the same backend of 0 ms, read by ``figure``.
-
-    Each pair compiles `_tiny` afresh twice, under the suite's cold caches, and takes the difference of the two
-    figures, so that dynamo's own tracing (in both) is not read as the backend's; the pairs alternate which comes
-    first, so that a drift of the machine's load does not pass for a difference. The reading is the median pair.
+def planted_compile(figure: Callable[[CompileReport], float] = compile_seconds) -> Callable[[str], Reading]:
+    """The compile-seconds check: a backend of `COMPILE_MS` against the same backend of 0 ms, read by ``figure``, the
+    median of pairs that alternate which comes first (docs/methodology.md, "Compile seconds").
 
     Args:
-        ms: the planted backend's compile milliseconds.
         figure: report -> seconds: the published figure's routine (`compile_seconds`); a test passes a faulty one.
 
     Returns:
@@ -299,12 +285,12 @@ def planted_compile(ms: float = COMPILE_MS,
             _compiled_figure(0, figure)
         differences = []
         for i in range(COMPILE_PAIRS):
-            first, second = (_compiled_figure(m, figure) for m in ((0, ms) if i % 2 else (ms, 0)))
+            first, second = (_compiled_figure(m, figure) for m in ((0, COMPILE_MS) if i % 2 else (COMPILE_MS, 0)))
             differences.append(second - first if i % 2 else first - second)
         shown = ", ".join(f"{d * 1e3:.1f}" for d in differences)
-        return Reading(planted=ms, measured=statistics.median(differences) * 1e3,
-                       detail=f"backend spinning {ms:g} ms against 0 ms, cold caches; median of {COMPILE_PAIRS} "
-                              f"pairs ({shown} ms)")
+        return Reading(planted=COMPILE_MS, measured=statistics.median(differences) * 1e3,
+                       detail=f"backend spinning {COMPILE_MS:g} ms against 0 ms, cold caches; median of "
+                              f"{COMPILE_PAIRS} pairs ({shown} ms)")
 
     return read
 
@@ -315,12 +301,7 @@ def planted_compile(ms: float = COMPILE_MS,
 
 def _cycles_per_ms() -> float:
     """The GPU's clock as ``torch.cuda._sleep`` counts it: the median of `CYCLE_CALIBRATIONS` long sleeps' cycles
-    over their length, after a warm-up sleep.
-
-    The first ``_sleep`` of a process pays CUDA's lazy loading of the kernel's module and finds the SM clock
-    ramping up from idle: timed, it would read the clock low, and every sleep sized from it short. The median keeps
-    one sleep that a clock change or a preemption of the GPU stretched out of the figure.
-    """
+    over their length, after a warm-up sleep (docs/methodology.md, "CUDA rows")."""
     torch.cuda._sleep(WARMUP_CYCLES)
     torch.cuda.synchronize()
     return statistics.median(_sleep_cycles_per_ms(CALIBRATION_CYCLES) for _ in range(CYCLE_CALIBRATIONS))

@@ -1,13 +1,5 @@
-"""The calibration table as asv publishes it: one series per check, holding the error `verdict` computes.
-
-A check whose figure no benchmark publishes (the doctor's rows read a command's report, not an asv method) says so
-with ``published=False``: `pitfalls calibrate` runs it, asv and the report's table leave it out.
-
-asv gives a benchmark method one unit for all its parameters, and a check's error is relative (a fraction of the
-planted value) or, where the check says so, absolute in the check's own unit. So the checks are split by the unit
-of their error: every relative check is a parameter of one benchmark, each absolute unit has its own. Together
-their ``check`` axes name every check exactly once. The report reads the same series back into the table
-(`pitfalls.report.calibration_errors`).
+"""The calibration table as asv publishes it: one series per check, holding the error `verdict` computes, one
+benchmark class per unit of error (docs/methodology.md, "Over commits, in the asv site").
 """
 
 from __future__ import annotations
@@ -33,11 +25,8 @@ def error_unit(check: Check) -> str:
 
 
 def published_checks(checks: Iterable[Check]) -> list[Check]:
-    """The checks whose error asv publishes over commits: the shared instruments' (time, speedup, memory, hazards,
-    compile, CUDA, NVML, the group's memory), which every family's figures read. A family's own checks (the
-    loader's, the parallel family's: minutes of planted runs a table) are published by the committed
-    ``pitfalls calibrate --json`` runs under ``proof/``, which the docs' and the report's calibration tables read,
-    and the doctor's are published nowhere but its calibration (``Check.published`` False)."""
+    """The checks whose error asv publishes over commits: the shared instruments', which every family's figures read
+    (a family's own checks and the doctor's are not: docs/methodology.md, "Over commits, in the asv site")."""
     return [check for check in checks if check.published and not check.family]
 
 

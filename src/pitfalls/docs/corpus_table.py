@@ -6,10 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pitfalls.gpu_run.syncs import corpus_line
 from pitfalls.markdown import code, table
 from pitfalls.proofs import read_proofs
-from pitfalls.scan_corpus import CORPUS, HELPER, expected_per_line, scan_per_line
+from pitfalls.scan_corpus import CORPUS, HELPER, counted_line, expected_per_line, scan_per_line
 
 __all__ = ["corpus_lines"]
 
@@ -26,7 +25,7 @@ def corpus_lines(proof: Path) -> list[str]:
     gpu = {run.name: syncs for run in read_proofs(proof) if (syncs := run.corpus_syncs())}
     body = []
     for construct in (*CORPUS, HELPER):
-        line = corpus_line(construct)
+        line = counted_line(construct)
         shown = (f"{code(construct.name)}: a helper `return mask.nonzero()` called from two lines"
                  if construct is HELPER else code(construct.code))
         body.append((shown, labels[line], _count(scanned.get(line, 0)),

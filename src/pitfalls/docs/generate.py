@@ -1,8 +1,7 @@
 """Generate every page's blocks from the registry and the committed results; say which committed page is stale.
 
-The pages are README.md and every Markdown file under docs/. A block's kind (the word after the marker's colon)
-picks what fills it; see `KINDS`. The README's claims block has markers of its own (`pitfalls.report.claims`) and
-is generated here too, so one command refreshes everything.
+A block's kind picks what fills it (`KINDS`); the README's claims block, with markers of its own, is generated here
+too, so one command refreshes everything.
 """
 
 from __future__ import annotations

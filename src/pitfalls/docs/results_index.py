@@ -1,8 +1,5 @@
-"""The results index: which committed file was made by which run, on which machine, and what it holds.
-
-Everything here is read from the files themselves: asv's ``machine.json`` and results files under ``results/``
-(commit, environment, when each benchmark started and how long it ran, which cases were measured), the list of
-edits in ``results/EDITS.md``. The GPU runs under ``proof/`` have their own index (`pitfalls.docs.proof_index`).
+"""The results index: which committed file was made by which run, on which machine, and what it holds, read from
+the files themselves and ``results/EDITS.md``.
 """
 
 from __future__ import annotations

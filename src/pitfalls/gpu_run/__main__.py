@@ -1,11 +1,5 @@
-"""Command line of ``scripts/gpu-run``.
-
-    scripts/gpu-run OUT --budget SECONDS [--device cuda|cpu] [--archive FILE] [--only PIECE[,PIECE]] [--record-costs]
-    scripts/gpu-run bring DIR --wheels WHEELS                   # what an offline GPU machine needs, in one folder
-    scripts/gpu-run plan [--device cuda|cpu] [--budget SECONDS] # the pieces, their costs, what would fit
-
-``scripts/gpu-run merge`` brings a run home and then generates the README's claims table again: two layers' work,
-composed above both by `pitfalls.report.gpu_merge`, which the script runs for it.
+"""Command line of ``scripts/gpu-run``: a run, ``bring`` and ``plan`` (docs/gpu.md); its ``merge`` form is
+`pitfalls.report.gpu_merge`'s.
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
 """What each piece of the budgeted run costs, in seconds, per device kind: read from a committed file, written back
-from runs.
-
-The file (``proof/costs.json``) maps a device kind ("cpu", or the GPU machine's name such as ``gpu-nvidia-h200``)
-to each piece's seconds as the last run that finished it measured them. A run writes what its pieces took into its
-own folder (``costs.json``); `merge_costs` folds that into the committed file, so a test run never rewrites a
-tracked file unless asked. A piece with no recorded cost on a kind takes its stated guess (`Piece.guess_s`).
-"""
+from runs (docs/gpu.md, "Costs")."""
 
 from __future__ import annotations
 

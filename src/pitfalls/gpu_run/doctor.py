@@ -1,10 +1,6 @@
-"""The doctor's piece of a budgeted GPU run: its planted training script under the doctor on the device.
-
-On CUDA it reads what only a GPU can: each planted line's real syncs (CUDA's sync debug mode) against its hazard
-count, what each sync stalled the step, and the copy bandwidth. On any other device the same run reads the CPU's
-figures, and every GPU cell says "not measured: no GPU". The rules that need a GPU are the doctor's CUDA rows of
-`pitfalls calibrate` (the calibration piece).
-"""
+"""The doctor's piece of a budgeted GPU run: its planted training script under the doctor on the device (each
+planted line's real syncs against its hazard count, their stalls, the copy bandwidth; "not measured: no GPU" off
+one)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The articles' headline measurements at the articles' sizes (`pitfalls.gpu_run.sizes`; on a CPU, at small sizes
-that finish in seconds).
-
-Each is measured with the suite's own cases and routines: the one speedup routine (`case_speedup`), the hazard and
-CUDA sync counters, the NVML window, and the loader and parallel families' own probes. Each row carries what the
-claims table (`pitfalls.report.claims`) reads: the milliseconds, the ratio and the figures that explain it.
+"""The articles' headline measurements at the articles' sizes (`pitfalls.gpu_run.sizes`), with the suite's own cases
+and routines; each row carries what the claims table (`pitfalls.report.claims`) reads.
 """
 
 from __future__ import annotations

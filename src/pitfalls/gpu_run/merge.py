@@ -1,9 +1,5 @@
-"""A budgeted run brought home into the checkout (``scripts/gpu-run merge ARCHIVE``, with the claims table that
-`pitfalls.report.gpu_merge` generates again after it).
-
-Its asv results are merged into ``results/`` by the suite's own merge (and the site is republished), its report,
-figures and ledger are kept under ``proof/<machine>-<date>/`` and what its pieces took is folded into the cost file.
-"""
+"""A budgeted run brought home into the checkout (``scripts/gpu-run merge ARCHIVE``; docs/gpu.md, "Bringing a run
+home")."""
 
 from __future__ import annotations
 

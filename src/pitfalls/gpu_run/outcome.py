@@ -1,8 +1,5 @@
-"""A piece's outcome: its rows saved as each one comes, its error with its traceback, and its text in the report.
-
-A piece runs inside `attempt`, which saves its outcome when it starts, after each row it builds in a list from
-`piece_rows`, and when it ends: a piece stopped by the budget (or a hang) keeps the rows it finished, and one that
-raises keeps them above its traceback.
+"""A piece's outcome: its rows saved as each one comes (docs/gpu.md), its error with its traceback, and its text in
+the report.
 """
 
 from __future__ import annotations
@@ -66,10 +63,7 @@ def is_failure(outcome: Any) -> bool:
 def attempt(figures: dict[str, Any], key: str, measure: Callable[[], Any],
             write: Callable[[dict[str, Any]], None]) -> None:
     """Run one piece into ``figures[key]``, ``write`` saving the figures when it starts, after each row of it
-    (`piece_rows`) and when it ends.
-
-    If it raises, its outcome is the error and its traceback. The error is not hidden: it is printed, written into
-    the piece's part of the report, and makes the piece fail.
+    (`piece_rows`) and when it ends; if it raises, its outcome is the error and its traceback, printed too.
 
     Args:
         figures: the outcomes, by key; ``figures[key]`` is set.

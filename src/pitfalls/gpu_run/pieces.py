@@ -1,19 +1,7 @@
-"""Every piece of the budgeted run, in its fixed priority order, and what each one measures.
-
-1. The asv quick grid's cases of the loss and sampler families on the device, one slice per benchmark class (the
-   compile classes last: minutes of compiling each).
-2. The articles' headline measurements at the articles' sizes (`pitfalls.gpu_run.headlines`).
-3. The loader family's asv cases on the device; the parallel family's largest-global-batch search, bounded, and
-   its asv cases.
-4. The GPU proof: the gate, syncs against hazards and the scan corpus (`pitfalls.gpu_run.syncs`), NVML, CUDA events
-   against host time, scan-loader's pinned copies, the loader's step cost, the calibration table's CUDA rows
-   (`pitfalls.gpu_run.checks`), the doctor's planted script (its real syncs per line against its hazard counts,
-   their stalls), the calibration family's asv cases and its published CUDA rows, and last the interleaved
-   speedups of every variant at every family's sizes.
+"""Every piece of the budgeted run, in its fixed priority order (docs/gpu.md lists them), and what each measures.
 
 A piece runs in a process of its own (``python -m pitfalls.gpu_run piece NAME``) and writes its outcome into
-``OUT/pieces/<name>.json`` as it goes, row by row where it has rows, so that a piece the budget stops keeps what
-it finished.
+``OUT/pieces/<name>.json`` as it goes.
 """
 
 from __future__ import annotations
@@ -79,8 +67,7 @@ def _on_device(measure: Callable[[str, Sizes], Any]) -> Measure:
 
 
 def _doctor(ctx: Context) -> dict[str, Any]:
-    """`pitfalls doctor` on its planted training script on the device: per planted line the hazard count against
-    the real syncs of CUDA's sync debug mode and the stall each costs, the copies' bandwidth; its report kept."""
+    """`pitfalls doctor` on its planted training script on the device (`pitfalls.gpu_run.doctor`)."""
     from pitfalls.gpu_run.doctor import gpu_check
 
     return gpu_check(ctx.out / "doctor", ctx.device)
@@ -106,9 +93,8 @@ _CALIBRATION = (*(AsvSlice("bench_calibration", cls, mode_axis=False) for cls in
                 AsvSlice("bench_calibration", "Error", device_axis=False, mode_axis=False,
                          cases=cuda_calibration_selection))
 
-# The guesses are on the high side for a first run on a new kind (a piece left out is cheaper than one stopped
-# half-way): an asv slice starts asv, its discovery and a benchmark process per case; the H200's proof took 18 s
-# for the gate and the corpus, 15 s for scan-loader and the loader's step cost.
+# The guesses are on the high side for a first run on a new kind (docs/gpu.md, "Costs"): a piece left out is
+# cheaper than one stopped half-way.
 _CATALOGUE: list[tuple[Piece, Measure]] = [
     *_slices(1, _LOSS_SAMPLER, cuda_s=90, cpu_s=60),
     *_slices(1, _COMPILE, cuda_s=420, cpu_s=300),

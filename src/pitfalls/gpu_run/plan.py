@@ -1,10 +1,7 @@
 """The budgeted run's schedule: pieces in a fixed priority order, each started only when its cost fits the time left.
 
-Each piece runs in a process of its own, so that the budget can stop it: a piece that outruns the time left by more
-than `MARGIN_S` is stopped (SIGTERM to its process group, SIGKILL after `GRACE_S`), and what earlier pieces wrote
-stays as it is. A piece whose cost does not fit is listed "over budget" with what it needs and what was left, never
-run half; the pieces after it still get their turn. The clock and the launcher are arguments, so the schedule can be
-tested with a fake clock and planted costs.
+docs/gpu.md says what happens to a piece that does not fit or outruns the budget. The clock and the launcher are
+arguments, so the schedule can be tested with a fake clock and planted costs.
 """
 
 from __future__ import annotations

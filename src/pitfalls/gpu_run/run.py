@@ -1,14 +1,7 @@
 """`scripts/gpu-run OUT --budget SECONDS`: the GPU work in a fixed priority order, never a piece it cannot finish.
 
-The run reads the machine once, plans every piece with its cost (recorded for this device kind, else its stated
-guess), then runs them in order, each in its own process, each only when its cost fits the time left. After every
-piece it rewrites its files, so a run stopped from outside keeps everything finished:
-
-- ``plan.json``: the pieces in order with their costs, as planned at the start;
-- ``run.json``: what happened to each piece so far (status, expected and real seconds, the time left);
-- ``costs.json``: what each piece took, for `pitfalls.gpu_run.costs.merge_costs`;
-- ``figures.json`` and ``report.md``: every piece's figures; ``results/``: the asv slices' merged results;
-- ``--archive FILE``: all of it packed into one file (a lent machine gives back a handful of files).
+After every piece the run rewrites its files (``plan.json``, ``run.json``, ``costs.json``, ``figures.json``,
+``report.md``, the archive), so a run stopped from outside keeps everything finished.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""One asv benchmark class's cases for one device, run into a staging copy and merged into the run's results.
-
-A slice is a whole ``asv run`` of the checkout's commit in the ``installed`` environment (the interpreter at
-hand, as the main job runs), selecting one class's cases on the device, staged as the main job stages its run
-(`pitfalls.runner.staged`): a slice stopped part-way leaves the earlier slices' results exactly as they were.
+"""One asv benchmark class's cases for one device: an ``asv run`` in the ``installed`` environment, staged as the main
+job stages its run (`pitfalls.runner.staged`), so a slice stopped part-way leaves the earlier slices' results as
+they were.
 """
 
 from __future__ import annotations

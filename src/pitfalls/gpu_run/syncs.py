@@ -1,8 +1,5 @@
 """Real CUDA syncs on the device against what the suite counts without one: every case's sync hazards, count for
-count, and the scan corpus line by line (its labels, the scan on the CPU and on the device).
-
-Hazards are counted on the eager program on any device; real syncs by PyTorch's CUDA sync debug mode. Off a GPU
-the real syncs read "unavailable: <reason>" and every comparison with them n/a.
+count, and the scan corpus line by line. Off a GPU the real syncs read "unavailable: <reason>".
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ from pitfalls.gpu_run.sizes import Sizes
 from pitfalls.probes import HazardCounts, Unavailable, count_cuda_syncs, count_hazards
 from pitfalls.registry import all_families
 
-__all__ = ["SYNCS_PER_HAZARD", "corpus_line", "expected_syncs", "render_corpus", "scan_corpus_on_device",
+__all__ = ["SYNCS_PER_HAZARD", "expected_syncs", "render_corpus", "scan_corpus_on_device",
            "syncs_agree", "syncs_against_hazards"]
 
 # Real CUDA syncs per hazard of a label, where one hazard is not exactly one sync (every other label: one).
@@ -67,13 +64,6 @@ def syncs_against_hazards(device: str, _sizes: Sizes) -> list[dict[str, Any]]:
     return rows
 
 
-def corpus_line(construct: scan_corpus.Construct) -> tuple[str, int]:
-    """The line a construct's syncs are counted at: its own, or for the helper its callee's (where the scan
-    reports them)."""
-    run = scan_corpus._nonzero_rows if construct is scan_corpus.HELPER else construct.run
-    return scan_corpus.line_of(run)
-
-
 def _agreement(counted: Mapping[tuple[str, int], float], truth: Mapping[tuple[str, int], float]) -> str:
     found = scan_corpus.agreement(counted, truth)
     return f"precision {found.precision:.3g}, recall {found.recall:.3g}, {len(found.wrong)} lines differ"
@@ -92,7 +82,7 @@ def scan_corpus_on_device(device: str, _sizes: Sizes) -> dict[str, Any]:
     real: dict[tuple[str, int], float] = {}
     missing: Unavailable | None = None
     for construct in (*scan_corpus.CORPUS, scan_corpus.HELPER):
-        line = corpus_line(construct)
+        line = scan_corpus.counted_line(construct)
         skipped = {where: f"skipped on {where}: {construct.needs_cuda}" for where in ("cpu", device)
                    if not scan_corpus.runs_on(construct, where)}
         if device in skipped:

@@ -1,19 +1,9 @@
 """Other work on the machine while a timed row runs: the CPU other processes take, and a wait until they leave it.
 
-A timed row compares wall times, so it reads what the machine gave it. Measured on a 2-core machine with the
-loader's `naive` against itself without workers (25 pairs of 0.1 s blocks, median of their ratios; the row's
-tolerance 5 %): beside nothing it read 0.996-1.027; after the table's earlier rows, a cold page cache, or a heap of
-2 million young objects, 0.989-1.010, as alone; a process of earlier work that ended while it ran disturbed the
-pairs around its end (0.30 and 1.91 in one reading), not their median (0.987-1.013). What moved it was other
-processes taking CPU *while* it ran: with two busy loops alive, pair ratios spread over 0.39-2.39 and 3 of 12
-readings missed 5 % (1.081, 1.086, 0.936), and a reading beside 1.16 cores of other work read 1.080. Which side ran
-first did not decide it (the baseline block was the slower one in 53 % of 246 such pairs; their median ratio 1.004):
-the spread of a median of 25 pairs, not a skew. So a timed row waits until the cores it needs are free of other work
-(`on_free_cores`), at most `WAIT_S`, then runs; and it records the other work during its reading
-(`Conditions.note`), so that a miss says what it ran beside.
-
-Other work is the machine's busy CPU time (``/proc/stat``) less this process's and its waited-for children's
-(`os.times`): a child still alive, such as a worker of an earlier row that was never shut down, counts as other.
+Why a timed row waits for free cores (`on_free_cores`) and records the other work it ran beside
+(`Conditions.note`): docs/methodology.md, "Other work beside a timed row". Other work is the machine's busy CPU
+time (``/proc/stat``) less this process's and its waited-for children's (`os.times`): a child still alive counts
+as other.
 """
 
 from __future__ import annotations
@@ -114,15 +104,14 @@ def allowed_other_work(needs: int, cores: int | None = None) -> float:
     return max(machine - needs, 0) + QUIET_CORES
 
 
-def wait_for_cores(needs: int, *, timeout_s: float = WAIT_S, window_s: float = WINDOW_S, cores: int | None = None,
+def wait_for_cores(needs: int, *, timeout_s: float = WAIT_S, cores: int | None = None,
                    watch: Callable[[float], OtherWork | Unavailable] | None = None,
                    clock: Callable[[], float] = time.monotonic) -> tuple[float, OtherWork | Unavailable]:
-    """Wait until other work leaves ``needs`` cores free, watching it ``window_s`` at a time, at most ``timeout_s``.
+    """Wait until other work leaves ``needs`` cores free, watching it `WINDOW_S` at a time, at most ``timeout_s``.
 
     Args:
         needs: cores the row needs free of other work (1: its own process; every core: it has workers).
         timeout_s: the longest wait; 0 looks once.
-        window_s: each look's length.
         cores: the machine's cores; None means ``os.cpu_count()``.
         watch: ``watch(seconds) -> OtherWork`` over that long; None means an `OtherWorkMeter` around a sleep.
         clock: monotonic seconds.
@@ -134,7 +123,7 @@ def wait_for_cores(needs: int, *, timeout_s: float = WAIT_S, window_s: float = W
     look = watch or _watch
     began = clock()
     while True:
-        seen = look(window_s)
+        seen = look(WINDOW_S)
         waited = clock() - began
         if isinstance(seen, Unavailable) or seen.cores <= allowed or waited >= timeout_s:
             return waited, seen
@@ -181,18 +170,17 @@ class Conditions:
         return said
 
 
-def on_free_cores(run: Callable[[], T], needs: int, *, timeout_s: float | None = None) -> tuple[T, Conditions]:
+def on_free_cores(run: Callable[[], T], needs: int) -> tuple[T, Conditions]:
     """Run a timed reading once other work leaves it ``needs`` cores (`wait_for_cores`), and measure that work.
 
     Args:
         run: the reading.
         needs: cores it needs free of other work.
-        timeout_s: the longest wait before it runs anyway; None means `WAIT_S`.
 
     Returns:
         What ``run`` returned, and the `Conditions` it ran in.
     """
-    waited, before = wait_for_cores(needs, timeout_s=WAIT_S if timeout_s is None else timeout_s)
+    waited, before = wait_for_cores(needs, timeout_s=WAIT_S)  # read now: a test may set it
     with OtherWorkMeter() as meter:
         value = run()
     return value, Conditions(needs, allowed_other_work(needs), waited, before, meter.result)

@@ -1,12 +1,7 @@
 """The calibration table: known-answer workloads (checks), what each measured (readings) and their verdicts (rows).
 
-A check plants a workload whose answer is known (a busy-wait of T ms, N MiB touched, k `.item()` calls, W workers
-of p ms per item) and runs it through the same code path a published figure uses; the row says whether the
-figure read the planted value within its tolerance. A figure is calibrated when at least one check names it in
-``instruments``; the report and ``pitfalls probe`` mark every other figure "uncalibrated".
-
-Instrument keys. A shared figure is named by its key below (`TIME_PER_CALL`, `SPEEDUP`, ...); a family's own
-figure by `own_instrument(family, figure_name)`, with the name its ``own_figures`` gives it.
+docs/methodology.md describes the table. A figure is calibrated when a check names its instrument key: a shared
+figure's key below (`TIME_PER_CALL`, ...), a family's own figure's `own_instrument(family, figure_name)`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""asv results -> a summary table (markdown) and charts (PNG): what `pitfalls report` writes.
+"""asv results -> a summary table (markdown) and charts (PNG): what `pitfalls report` writes (docs/report.md).
 
-One module per step: `rows` (the unit of data), `loading` (asv's results folder -> rows, naming what cannot be
-read), `markdown` (the tables), `chart_data` (what each chart shows) and `drawing` (matplotlib), `writing` (the
-report folder). Only `drawing` needs matplotlib, and it is loaded only when charts are drawn.
+Only `drawing` needs matplotlib, and it is loaded only when charts are drawn.
 """
 
 from pitfalls.report.chart_data import Chart, build_charts

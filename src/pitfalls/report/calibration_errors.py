@@ -1,10 +1,5 @@
-"""Each check's published error judged against its tolerance, and where it came from (the lines of the calibration
-table, `pitfalls.report.calibration_table`).
-
-asv keeps a check's error (``bench_calibration.Error*.track_error``, see `pitfalls.calibration.published`), not its
-tolerance nor the reason of a skip. The tolerance and the kind of check (CPU or CUDA) are this version's
-(`pitfalls.calibration.run.all_checks`); a check the results hold that this version does not know, or whose unit of
-error changed since, is shown n/a with that reason rather than judged against a tolerance it was not measured for.
+"""Each check's published error judged against this version's tolerance (docs/report.md, "Calibration"), and where
+it came from: the lines of the calibration table, `pitfalls.report.calibration_table`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The calibration table: every check of `pitfalls calibrate` with its tolerance, and the errors committed runs read.
-
-The checks and their tolerances come from the registry of checks; the errors from the asv results
-(``bench_calibration.Error*.track_error``, the newest per check and machine, as `pitfalls report` reads them) and
-from every committed GPU run under ``proof/`` that has calibration rows (`pitfalls.proofs`: ``pitfalls calibrate
---json`` outputs, a budgeted run's calibration piece). A check no run has measured reads n/a.
+"""The calibration table: every check of `pitfalls calibrate` with its tolerance, and the errors committed runs read
+(the asv results' newest per check and machine, and every GPU run under ``proof/`` with calibration rows).
 """
 
 from __future__ import annotations

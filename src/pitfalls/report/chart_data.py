@@ -1,10 +1,7 @@
 """What the report's charts show, as plain data (`Chart`, `Panel`, `Series`), checked without reading pixels.
 
-A chart is drawn for a figure only where it has a size axis (a numeric parameter with two or more values): time
-per call and throughput (a unit per second) as lines over that axis, ratios (unit "x", the speedup over naive) as
-bars per size. Any family's benchmarks qualify by their parameters and units, never by their names. A skipped or
-failed figure is never a point or a bar: it is left out of the series' data (a line is broken there, not bridged)
-and named under the chart.
+Which figures get a chart, and how a skipped one is shown: docs/report.md. Benchmarks qualify by their parameters
+and units, never by their names.
 """
 
 from __future__ import annotations

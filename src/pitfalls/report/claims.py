@@ -1,19 +1,7 @@
 """The articles' headline claims beside what the suite measured on each machine, with a verdict and its reason.
 
-Generated from the committed results alone: asv's results (``results/<machine>/``, the newest figure of each case)
-and the budgeted runs' figures under ``proof/`` (read by `pitfalls.proofs`: their ``headline ...`` pieces at the
-articles' sizes, `Family.article_sizes`).
-Nothing here is typed in by hand; `update_readme` puts the table between the README's claims markers.
-
-The verdict rule, given only where the figure was measured at the article's sizes:
-- **reproduced**: the measured ratio points the article's way and is within 2x of the article's ratio (for a
-  range, each end within 2x of the article's end);
-- **partly**: it points the article's way, further than 2x from it;
-- **not reproduced**: it points the other way.
-A claim of direction only (DataParallel loads GPU 0 more than DDP does) is reproduced when the figure points its way.
-"Pointing the article's way" is the optimized form being faster (ratio > 1) when the article says so, and not
-faster when the article says it is at best even. At other sizes the cell says "not measured at the article's size";
-where nothing was measured, "not measured yet".
+Generated from the committed results alone, by the rule of docs/methodology.md ("The claims table");
+`update_readme` puts the table between the README's claims markers.
 """
 
 from __future__ import annotations
@@ -97,7 +85,7 @@ class Claim:
 
 
 def verdict(claim: Claim, reading: Reading | None) -> str:
-    """The claim's verdict on one machine's reading, by the rule of this module's docstring."""
+    """The claim's verdict on one machine's reading, by the rule of docs/methodology.md ("The claims table")."""
     if reading is None or not reading.ratios:
         return NOT_YET
     if not reading.at_article_size:

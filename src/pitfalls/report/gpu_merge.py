@@ -1,8 +1,5 @@
-"""``scripts/gpu-run merge ARCHIVE``: a budgeted run brought home (`pitfalls.gpu_run.merge`: results/, proof/, the
-cost file), then the README's claims table generated again from what is now committed (`pitfalls.report.claims`).
-
-The two steps belong to two layers, the run's command and the report; this module, in the report's layer, composes
-them, and ``scripts/gpu-run`` runs it for its ``merge`` form.
+"""``scripts/gpu-run merge ARCHIVE``: a budgeted run brought home (`pitfalls.gpu_run.merge`), then the README's claims
+table generated again (`pitfalls.report.claims`): two layers' steps, composed in the report's layer.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""asv's results folder -> rows, read with asv's own loader, so the report sees what asv's site sees.
-
-A file that cannot be read, or one benchmark in it that holds something other than numbers, is left out and named
-(file, benchmark, reason) in the result and as a logged warning; the rest of the results are still reported. asv
-does not keep the reason of a skip in its results files; ``asv run --show-stderr`` prints it.
+"""asv's results folder -> rows, read with asv's own loader; what cannot be read is left out and named (docs/report.md).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Rows -> the report's markdown: per machine and run (newest first) the family tables, then the comparison across
-torch versions, with what was left out said at the top.
-
-Nothing here knows a family or a figure by name beyond a preferred column order: a figure it does not know is a
-column headed by its own name and unit, and a benchmark that benchmarks.json does not describe is listed under
-"other benchmarks".
+"""Rows -> the report's markdown (docs/report.md): nothing here knows a family or a figure by name beyond a preferred
+column order.
 """
 
 from __future__ import annotations

@@ -21,11 +21,7 @@ def write_report(
     commit: str | None = None,
 ) -> Path:
     """Write ``out_dir/README.md`` (the articles' claims measured, then the summary with its charts linked),
-    ``out_dir/claims.md`` and the chart PNGs.
-
-    Only files inside ``out_dir`` are created or replaced, each atomically; the README is written last, so it
-    never links a chart that is not there. Results that cannot be read are left out, logged as warnings and listed
-    at the top of the README.
+    ``out_dir/claims.md`` and the chart PNGs, each atomically; the README last, so it never links a missing chart.
 
     Args:
         results_dir: asv's results folder.

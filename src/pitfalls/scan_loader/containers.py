@@ -1,8 +1,7 @@
 """The dataset's Python-object containers, and what touching each one copies in a forked worker (issue 13246).
 
-A forked worker shares its parent's pages until it writes one; reading a Python object writes its reference
-count, so a list of a million small objects read over an epoch is copied into every worker, page by page. Packed
-arrays (numpy, tensors, Arrow) are a few objects whatever their length and are not listed.
+Reading a Python object writes its reference count, so its page is copied into every forked worker that reads it.
+Packed arrays (numpy, tensors, Arrow) are a few objects whatever their length and are not listed.
 """
 
 from __future__ import annotations

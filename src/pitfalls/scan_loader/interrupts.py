@@ -14,6 +14,7 @@ import contextlib
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Iterator
 from types import FrameType, TracebackType
 from typing import Any
@@ -68,10 +69,7 @@ def recorded() -> Iterator[None]:
 def _abandoned_handover(kind: type[BaseException], tb: TracebackType | None) -> bool:
     # multiprocessing's resource sharer hands a batch's file descriptors to the main process over a connection; a
     # main process interrupted while fetching them drops it, and the worker's server thread prints the reset.
-    files = []
-    while tb is not None:
-        files.append(tb.tb_frame.f_code.co_filename)
-        tb = tb.tb_next
+    files = [frame.f_code.co_filename for frame, _ in traceback.walk_tb(tb)]
     return issubclass(kind, (ConnectionError, EOFError)) and any(f.endswith("resource_sharer.py") for f in files)
 
 

@@ -1,9 +1,7 @@
 """Measure a user's DataLoader: its batches' anatomy, throughput per setting against its ceiling, its memory.
 
-Every setting is timed by the loader family's own steady-state routine (`steady.steady_state`, the one its
-samples/s and speedup use), one after the other: a setting's
-workers are shut down before the next one starts, so nothing prefetches while another is timed. The budget bounds
-the whole scan; a setting it does not reach is skipped with the reason.
+Each setting is timed by the loader family's own `steady.steady_state`, one after the other, within the budget
+(docs/scan-loader.md).
 """
 
 from __future__ import annotations
@@ -61,10 +59,8 @@ class ScanOptions:
         workers: the num_workers values to time.
         budget_s: seconds the whole scan may take (a batch under way is finished).
         min_seconds: the least a setting is timed (None: from the budget).
-        memory_interval_s: the group memory sampler's period during a timed run. Reading /proc/PID/smaps_rollup
-            takes the GIL and each process's memory map lock: every 15 ms it cost about a quarter of the
-            throughput of a no-worker loader on this loaded 2-core machine, so it samples less often than the
-            calibration's default.
+        memory_interval_s: the group memory sampler's period during a timed run, longer than the calibration's
+            default: reading a process's memory map costs throughput (docs/scan-loader.md).
     """
 
     device: torch.device = torch.device("cpu")

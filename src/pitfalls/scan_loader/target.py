@@ -1,8 +1,4 @@
-"""Turn `pitfalls scan-loader`'s TARGET and STEP into a DataLoader and a step of one batch.
-
-TARGET names a DataLoader, a Dataset, or a callable of no arguments that returns one (called once); a Dataset is
-wrapped in a DataLoader of the batch size given, in order, its last partial batch dropped. STEP names a callable of
-one argument (the batch, already on the device), or a callable of none that returns one.
+"""Turn `pitfalls scan-loader`'s TARGET and STEP into a DataLoader and a step of one batch (docs/scan-loader.md).
 """
 
 from __future__ import annotations

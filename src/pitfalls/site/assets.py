@@ -1,12 +1,7 @@
 """The browser libraries asv's site loads from CDNs, vendored with their integrity hashes, checked and rebuilt.
 
-asv 0.6.6 writes a site whose index.html pulls ten files from code.jquery.com, cdnjs and jsDelivr, each pinned by
-a subresource-integrity hash. ``vendor/MANIFEST.json`` says, for every vendored file, which registry package it
-comes from, how it is built, and its hash. ``--check`` verifies the committed bytes against the manifest and
-against the hashes in the *installed* asv's template; ``--refresh`` rebuilds every file from the npm registry and
-PyPI and verifies it again, so nobody has to trust the committed bytes blindly.
-
-Run as ``python -m pitfalls.site.assets --check`` or ``python -m pitfalls.site.assets --refresh``.
+``python -m pitfalls.site.assets --check`` (against the manifest and the installed asv's template) or ``--refresh``
+(rebuilt from npm and PyPI): docs/asv.md, "Publishing and viewing offline".
 """
 
 from __future__ import annotations

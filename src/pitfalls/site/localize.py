@@ -1,8 +1,7 @@
 """Make asv's published site self-contained: vendored libraries instead of CDN addresses, hashes kept.
 
-``python -m pitfalls.site.localize [asv publish arguments]`` runs ``asv publish`` into a fresh folder, localizes
-it and then puts its contents into the site folder; :func:`publish` localizes a folder ``asv publish`` already
-wrote.
+``python -m pitfalls.site.localize [asv publish arguments]`` publishes and localizes; :func:`publish` localizes a
+folder ``asv publish`` already wrote.
 """
 
 from __future__ import annotations
@@ -48,11 +47,8 @@ def _site_dir(html_dir: str | os.PathLike[str]) -> Path:
 
 
 def publish(html_dir: str | os.PathLike[str]) -> PublishReport:
-    """Localize a site written by ``asv publish`` so it renders with no network.
-
-    Copies the vendored libraries into ``html_dir/vendor/`` and points every CDN ``<script src>`` and
-    ``<link href>`` of every page at the local copy. The ``integrity`` attributes stay: the local bytes are the
-    bytes they pin. Running it again changes nothing.
+    """Localize a site written by ``asv publish`` so it renders with no network (docs/asv.md); running it again
+    changes nothing.
 
     Args:
         html_dir: the folder ``asv publish`` wrote (it holds index.html).

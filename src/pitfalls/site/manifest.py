@@ -1,9 +1,5 @@
-"""The vendored browser libraries' manifest and subresource-integrity hashes, and the asv template they match.
-
-``vendor/MANIFEST.json`` says, for every vendored file, which registry package it comes from, how it is built,
-and its hash. This module reads it and hashes bytes the way a browser checks an ``integrity`` attribute; both
-``assets`` (checking and copying the committed files) and ``rebuild`` (making them again from the registries)
-build on it, and neither imports the other.
+"""The vendored browser libraries' manifest (``vendor/MANIFEST.json``), their subresource-integrity hashes checked as
+a browser checks them, and the asv template they match; ``assets`` and ``rebuild`` build on it.
 """
 
 from __future__ import annotations
@@ -148,12 +144,11 @@ def asv_www_dir() -> Path:
     return Path(spec.origin).parent / "www"
 
 
-def template_assets(www_dir: Path | None = None) -> dict[str, str]:
-    """``{url: integrity}`` of every CDN address in the HTML pages of asv's template folder ``www_dir`` (by default
-    the installed asv's); an address without an integrity attribute maps to ``""``."""
-    www_dir = asv_www_dir() if www_dir is None else Path(www_dir)
+def template_assets() -> dict[str, str]:
+    """``{url: integrity}`` of every CDN address in the HTML pages of the installed asv's template folder; an address
+    without an integrity attribute maps to ``""``."""
     found: dict[str, str] = {}
-    for page in sorted(www_dir.glob("*.html")):
+    for page in sorted(asv_www_dir().glob("*.html")):
         for resource in external_resources(page.read_text(encoding="utf-8")):
             found[resource.url] = resource.integrity or ""
     return found

@@ -1,9 +1,5 @@
-"""Rebuild the vendored browser libraries from their registry packages, and verify them before writing.
-
-Every file listed in ``vendor/MANIFEST.json`` names a package on the npm registry or PyPI, the member of it to
-take, and how to build the file from it: as it is, minified by the tool and version the CDN used (uglify-js
-2.4.13 for flot, Closure Compiler v20150315 for stupidtable), or the licence comment of the source. The rebuilt
-bytes must match the manifest's hash and, for CDN files, the hash the installed asv's template pins.
+"""Rebuild the vendored browser libraries from their registry packages (`pitfalls.site.manifest` says how each is
+built), and verify them against the manifest's and asv's template's hashes before writing.
 """
 
 from __future__ import annotations

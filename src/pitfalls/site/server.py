@@ -1,17 +1,7 @@
 """Serve a published site over HTTP on the loopback interface only.
 
-The site fetches its JSON by XHR, so opening index.html as a file is not enough. ``asv preview`` listens on every
-interface (0.0.0.0) although it prints 127.0.0.1, and it stops serving after each ``asv publish`` because it
-serves the folder that publish deletes; this server binds a loopback address only and looks the folder up by
-path on every request, so a re-published site is served at once.
-
-Binding loopback is not enough on its own: a page on another site can point its own name at 127.0.0.1 (DNS
-rebinding) and read whatever answers there, so a request whose ``Host`` is not this server's address or
-``localhost`` gets 403. Only regular files inside the site folder are served, after every symlink is resolved;
-folders are never listed; a connection that stops sending is closed after an idle timeout, so half-sent
-requests cannot hold threads; and a client that hangs up is not an error worth a traceback.
-
-``python -m pitfalls.site.server [HTML_DIR] [--port N] [--host 127.0.0.1] [--idle-timeout S]``
+What it serves and refuses, and why (``asv preview``'s faults, DNS rebinding): docs/asv.md, "Publishing and viewing
+offline". ``python -m pitfalls.site.server [HTML_DIR] [--port N] [--host 127.0.0.1] [--idle-timeout S]``
 """
 
 from __future__ import annotations
@@ -23,10 +13,9 @@ import os
 import socket
 import stat
 import sys
-import threading
 import urllib.parse
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Iterable
+from contextlib import suppress
 from http import HTTPStatus
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -228,43 +217,8 @@ def url_of(server: ThreadingHTTPServer) -> str:
     return f"http://{shown}:{port}/"
 
 
-@contextmanager
-def serving(html_dir: str | os.PathLike[str], port: int = 0, host: str = DEFAULT_HOST,
-            idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S) -> Iterator[str]:
-    """Serve ``html_dir`` in a background thread for the duration of a ``with`` block.
-
-    Args:
-        html_dir, port, host, idle_timeout_s: as `make_server`'s.
-
-    Yields:
-        The site's URL, e.g. ``"http://127.0.0.1:43817/"``.
-    """
-    server = make_server(html_dir, port=port, host=host, idle_timeout_s=idle_timeout_s)
-    thread = threading.Thread(target=server.serve_forever, name="pitfalls-site", daemon=True)
-    thread.start()
-    try:
-        yield url_of(server)
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
-
-
-def serve(html_dir: str | os.PathLike[str], port: int = 0, host: str = DEFAULT_HOST,
-          idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S) -> None:
-    """Serve ``html_dir`` until interrupted (Ctrl-C), printing the URL first.
-
-    Args:
-        html_dir, port, host, idle_timeout_s: as `make_server`'s.
-    """
-    server = make_server(html_dir, port=port, host=host, idle_timeout_s=idle_timeout_s)
-    print(f"serving {Path(html_dir).resolve()} at {url_of(server)} (loopback only; Ctrl-C stops)", flush=True)
-    with server, suppress(KeyboardInterrupt):  # leaving the server's block closes it
-        server.serve_forever()
-
-
 def main(argv: Iterable[str] | None = None) -> int:
-    """Command line: serve a published site on loopback."""
+    """Command line: serve a published site on loopback until interrupted (Ctrl-C), printing the URL first."""
     parser = argparse.ArgumentParser(prog="python -m pitfalls.site.server", description=__doc__.split("\n\n")[0])
     parser.add_argument("html_dir", nargs="?", default="html", help="the site folder (default: html)")
     parser.add_argument("--port", type=int, default=8080, help="TCP port; 0 picks a free one (default: 8080)")
@@ -273,11 +227,14 @@ def main(argv: Iterable[str] | None = None) -> int:
                         help=f"close a connection silent this long (default: {DEFAULT_IDLE_TIMEOUT_S:g})")
     args = parser.parse_args(None if argv is None else list(argv))
     try:
-        serve(args.html_dir, port=args.port, host=args.host, idle_timeout_s=args.idle_timeout)
+        server = make_server(args.html_dir, port=args.port, host=args.host, idle_timeout_s=args.idle_timeout)
     except (TypeError, ValueError) as error:
         parser.error(str(error))
     except OSError as error:
         parser.error(f"cannot listen on {args.host}:{args.port}: {error.strerror}; --port 0 picks a free port")
+    print(f"serving {Path(args.html_dir).resolve()} at {url_of(server)} (loopback only; Ctrl-C stops)", flush=True)
+    with server, suppress(KeyboardInterrupt):  # leaving the server's block closes it
+        server.serve_forever()
     return 0
 
 

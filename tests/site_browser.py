@@ -1,6 +1,5 @@
-"""Render a page in headless Chromium, with every host but loopback unreachable, and return its DOM.
-
-Used to prove that the published site works with no network, and to take screenshots of it.
+"""The tests' browser: a published site served in a background thread, and a page of it rendered in headless
+Chromium with every host but loopback unreachable, to prove that the site works with no network.
 """
 
 from __future__ import annotations
@@ -9,10 +8,14 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from pitfalls import processes
+from pitfalls.site.server import DEFAULT_IDLE_TIMEOUT_S, make_server, url_of
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser")
 
@@ -75,3 +78,24 @@ def render_page(url: str, screenshot_path: str | os.PathLike[str] | None = None)
         tail = "\n".join(done.stderr.strip().splitlines()[-15:])
         raise RuntimeError(f"chromium exited with code {done.returncode} rendering {url}:\n{tail}")
     return done.stdout
+
+
+@contextmanager
+def serving(html_dir: str | os.PathLike[str], idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S) -> Iterator[str]:
+    """Serve ``html_dir`` on a free loopback port in a background thread for the duration of a ``with`` block.
+
+    Args:
+        html_dir, idle_timeout_s: as `make_server`'s.
+
+    Yields:
+        The site's URL, e.g. ``"http://127.0.0.1:43817/"``.
+    """
+    server = make_server(html_dir, idle_timeout_s=idle_timeout_s)
+    thread = threading.Thread(target=server.serve_forever, name="pitfalls-site", daemon=True)
+    thread.start()
+    try:
+        yield url_of(server)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
