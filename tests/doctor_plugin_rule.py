@@ -29,10 +29,10 @@ class SortWatch(TorchDispatchMode):
 
 
 def find(seen):  # noqa: ANN001, ANN201
-    if seen.scan is None:
+    watch, steps = seen.scanned(SortWatch)
+    if watch is None:
         return []
-    watch = seen.scan.read(SortWatch)
-    return [Hit("a full sort", source_line(key), count / seen.scan.steps) for key, count in watch.sorts.items()]
+    return [Hit("a full sort", source_line(key), count / steps) for key, count in watch.sorts.items()]
 
 
 RULE = Rule(

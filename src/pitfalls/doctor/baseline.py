@@ -1,7 +1,5 @@
-"""A gate for a whole training script (``--save-baseline``, ``--baseline``; docs/doctor.md, "--baseline"): what a run
-found, saved, and a later run checked against it. A line is matched by its file, its function and its code, not its
-number; the script's own file is ``<script>``, other files by their path from the script's folder where they lie
-inside it. Counts per step are exact on a CPU, so a count that grew by any amount is named.
+"""A gate for a whole training script (``--save-baseline``, ``--baseline``): what a run found, saved, and a later run
+checked against it, lines matched by their file, function and code (docs/doctor.md, "--baseline").
 """
 
 from __future__ import annotations
@@ -40,9 +38,7 @@ class Change:
     Attributes:
         kind: "sync", "copy", "graph break" or "rule".
         what: the op, the copy, the break's reason or the rule's name.
-        file: ``<script>``, or a path.
-        function: the function the line is in.
-        code: the line's code.
+        file: ``<script>``, or a path (from the script's folder where it lies inside it).
         line: its number in this run (None for what was removed).
         before: its count per step in the baseline (None: absent, or a graph break, which has no count).
         after: its count per step now (None: removed, or a graph break).
@@ -72,15 +68,8 @@ class Change:
 
 @dataclass(frozen=True)
 class Comparison:
-    """The run against the baseline.
-
-    Attributes:
-        file: the baseline file.
-        added: lines, graph breaks and rules that are new.
-        grew: lines whose count per step grew.
-        removed: lines, graph breaks and rules the run no longer has.
-        shrank: lines whose count per step fell.
-    """
+    """The run against the baseline file: the lines, graph breaks and rules that are new (``added``) or that the run
+    no longer has (``removed``), and the lines whose count per step grew or shrank."""
 
     file: str
     added: tuple[Change, ...]

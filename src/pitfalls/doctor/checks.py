@@ -1,17 +1,5 @@
-"""Known answers for `pitfalls doctor`: its planted scripts run under the doctor (docs/doctor.md, "Calibrated").
-
-Every rule of the registry (`pitfalls.doctor.rules`) brings its plant: a row reads exactly one finding of the rule
-at its planted line, and one reads none at its right-thing twin, on the CPU; a rule whose answer depends on the
-device (``Plant.cuda``) has the same two rows on CUDA. Each planted script runs once a device, shared by its rows.
-
-The DDP script (`planted/ddp.py`) runs under ``--nproc-per-node 2``: its rows read DDP's all-reduces and bytes a
-step on each rank (4 micro-batches without ``no_sync``) and a ``.item()`` on rank 0 only, by rank.
-
-The training script (`planted/train.py`) also plants, per step, one ``.item()``, one ``nonzero``, one sync inside a
-helper called from one line, a ``.tolist()`` every fifth step and no sync in AdamW's step; a dataset that sleeps
-`planted.ITEM_MS` per item, loaded `planted.BATCH` items at a time with no workers; a compiled function with one
-graph break called with a second shape; and an endless loop. Its rows read those counts exactly. The rows read a
-command's report, not an asv benchmark: they are not published (``published=False``).
+"""Known answers for `pitfalls doctor`: its planted scripts run under the doctor, one run a script and device shared
+by its rows, which read a command's report and so are not published (docs/doctor.md, "Calibrated").
 """
 
 from __future__ import annotations
@@ -94,9 +82,9 @@ def rule_checks() -> tuple[Check, ...]:
             *(_rule_row(r, CUDA, twin) for r in registered if r.plant.cuda for twin in (False, True)))
 
 
-def run_ranks(ranks: int = 2) -> dict[str, Any]:
-    """The planted DDP script under the doctor in ``ranks`` ranks (gloo): the report of every rank (``--json``)."""
-    command = [sys.executable, "-m", "pitfalls", "doctor", "--nproc-per-node", str(ranks), "--json", "--warmup", "2",
+def run_ranks() -> dict[str, Any]:
+    """The planted DDP script under the doctor in 2 ranks (gloo): the report of every rank (``--json``)."""
+    command = [sys.executable, "-m", "pitfalls", "doctor", "--nproc-per-node", "2", "--json", "--warmup", "2",
                "--steps", "4", "--scanned", "2", "--budget", "120", str(planted.DDP)]
     done = processes.run(command, timeout_s=300, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if not done.stdout.strip().startswith("{"):

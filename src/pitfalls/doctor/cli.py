@@ -93,7 +93,7 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
     try:
         if args.nproc_per_node is not None:
             return _launched(args, script_args)
-        ranks = Ranks.from_environ(None, args.budget)
+        ranks = Ranks.from_environ(args.budget)
         if ranks is not None and args.tries:
             raise ScriptError("--try runs the script again in fresh processes, one process each: not under torchrun")
         files = ranks is None or ranks.rank == 0  # the doctor's own files: rank 0's alone

@@ -1,11 +1,8 @@
 """Copies between host and device during the scanned steps: bytes, direction, pinned or pageable, blocking or not.
 
-A `TorchFunctionMode` on top of the hazard counter's own modes sees each copy at the Python call the script wrote
-(`.to`, `.cuda`, `.cpu`, `.tolist`, `copy_`, `torch.tensor(..., device=...)`) and compares where its source and
-its result live. On a GPU run that is their devices. On a CPU run every tensor is on the CPU, and where the GPU
-program would hold it is the counter's provenance (`pitfalls.probes.hostcopy.Provenance`): host-made tensors
-(a DataLoader's batches among them) are on the host, the rest on the device. `copy_bandwidth` times the device's
-copies, once the script has stopped, to cost the non-blocking ones.
+`CopyRecorder` sees each copy at the Python call the script wrote and compares where its source and its result live:
+on a GPU run their devices; on a CPU run the counter's provenance (`pitfalls.probes.hostcopy.Provenance`), where the
+GPU program would hold them. `copy_bandwidth` times the device's copies, once the script has stopped.
 """
 
 from __future__ import annotations
@@ -43,11 +40,9 @@ class CopySite:
     Attributes:
         line: the script's line, or None when no frame outside torch made them.
         call: the call, e.g. "Tensor.to".
-        direction: `HOST_TO_DEVICE` or `DEVICE_TO_HOST`.
         pinned: the host side was page-locked memory.
         blocking: the host waited for the copy (no ``non_blocking=True``, or a call that always waits).
-        count: copies over the scanned steps.
-        bytes: bytes over the scanned steps.
+        count: copies over the scanned steps, of ``bytes`` in all.
         made_by: the factory that filled the host side on the host ("torch.randn"), for a copy to the device
             that could be made there instead; "" for host data of another kind (a batch).
     """

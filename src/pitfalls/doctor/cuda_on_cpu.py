@@ -1,26 +1,7 @@
 """`pitfalls doctor --cuda-on-cpu`: a script written for CUDA runs unchanged on a CPU, taking its GPU path.
 
-`CudaOnCpu` is entered once around the script's run, before the first instrument (docs/doctor.md,
-"--cuda-on-cpu"):
-
-- its `TorchFunctionMode` is pushed first, so it sits at the bottom of the mode stack, below every instrument the
-  phases enter later, and the instruments see the script's own arguments (a ``.to("cuda")`` of host data is a copy
-  to the device for them, a tensor made on "cuda" device data). It maps each torch call that names a CUDA device
-  (``.to("cuda")``, ``.to(rank)``, ``.cuda()``, ``device=torch.device("cuda", n)``) onto the CPU, a move as a copy,
-  as on a GPU; ``pin_memory`` marks host memory pinned in the provenance instead of pinning it (pinning raises
-  without an accelerator).
-- `torch.cuda` and `torch.accelerator` answer the script (and the libraries it calls) as one GPU per local rank
-  (``LOCAL_WORLD_SIZE``, else 1) with `DEVICE_NAME`'s identity; torch's own code gets the real answers, so its
-  internals (the DataLoader, torch.compile, checkpointing) keep the CPU paths that actually run. The allocator's
-  queries read 0; streams and events run in order, as the CPU does.
-- ``init_process_group("nccl")`` runs on gloo; DDP's and DataParallel's ``device_ids`` take the CPU form;
-  ``autocast("cuda")`` and ``GradScaler("cuda")`` are the CPU's, enabled, with the script's dtype; ``torch.load``
-  loads CUDA storages onto the CPU; ``torch.set_default_device("cuda")`` sets the CPU.
-
-Everything is restored on exit, and a default process group the script made is destroyed. `torch.cuda.
-is_initialized()` is never patched: the doctor's own questions about CUDA get the real answer, so its GPU phase
-never runs under the mapping. A call the mapping does not cover raises as it would without it, and
-`explain_failure` makes that error one line naming the call and the script's line.
+`CudaOnCpu` is entered once around the script's run, before the first instrument, and maps the script's CUDA calls
+onto the CPU; `explain_failure` makes a call it does not cover one line (docs/doctor.md, "--cuda-on-cpu").
 """
 
 from __future__ import annotations
@@ -33,7 +14,7 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -162,8 +143,8 @@ class MappedStream:
 
 
 class _CudaMode(TorchFunctionMode):
-    """The torch calls that name CUDA, mapped onto the CPU (see the module docstring); every other call passes.
-    torch.compile traces it inside compiled code, so it is plain Python."""
+    """The torch calls that name CUDA, mapped onto the CPU; every other call passes. torch.compile traces it inside
+    compiled code, so it is plain Python."""
 
     def __init__(self, mapping: CudaOnCpu) -> None:
         super().__init__()
@@ -195,19 +176,13 @@ def _mode_index() -> int | None:
     return None
 
 
-def _kept_modes() -> int:
-    """How many torch function modes, from the bottom of the stack, a block that pops the instruments keeps: up to
-    the mapping's own (a DataLoader's own work still maps CUDA onto the CPU), none without the mapping."""
-    index = _mode_index()
-    return 0 if index is None else index + 1
-
-
 @contextlib.contextmanager
 def no_modes() -> Iterator[None]:
     """Run the block with no torch function mode and no dispatch mode but ``--cuda-on-cpu``'s, at the bottom of the
     stack (a dataset or a collate that calls CUDA still runs on the CPU); the stacks are as they were after it."""
     functions = []
-    kept = _kept_modes()
+    index = _mode_index()
+    kept = 0 if index is None else index + 1
     while torch._C._len_torch_function_stack() > kept:
         functions.append(_pop_mode())
     try:
@@ -225,12 +200,10 @@ def _from_script() -> bool:
 
 
 class CudaOnCpu:
-    """Run a script written for CUDA on the CPU inside the block (see the module docstring).
+    """Run a script written for CUDA on the CPU inside the block: a device per local rank (``LOCAL_WORLD_SIZE``).
 
     Args:
         provenance: the run's host-made tensors, where pinned memory is marked.
-        environ: the environment whose ``LOCAL_WORLD_SIZE`` gives the devices (None: `os.environ`, as the script
-            reads it).
 
     Attributes:
         calls: the mapped calls by kind (`MOVED`, `SET_DEVICE`, ...).
@@ -238,9 +211,9 @@ class CudaOnCpu:
         index: the current device.
     """
 
-    def __init__(self, provenance: Provenance, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(self, provenance: Provenance) -> None:
         self.provenance = provenance
-        local = (os.environ if environ is None else environ).get("LOCAL_WORLD_SIZE", "1").strip()
+        local = os.environ.get("LOCAL_WORLD_SIZE", "1").strip()
         self.devices = max(1, int(local)) if local.isdigit() else 1
         self.calls: dict[str, int] = {}
         self.index = 0

@@ -1,21 +1,14 @@
 """DistributedDataParallel's communication, read from DDP itself: every DDP module the script builds, the forwards
-that prepare an all-reduce of the gradients, and DDP's own logging data sampled every step.
-
-`torch.nn.parallel.DistributedDataParallel.__init__` and ``forward`` are wrapped for the run and restored after it.
-A forward run with grad enabled while ``require_backward_grad_sync`` holds (outside ``no_sync()``) prepares the
-reducer, so the backward that follows all-reduces every bucket: those forwards are counted, step by step. Each
-module's runtime logging is sampled at every iteration (`_set_ddp_runtime_logging_sample_rate(1)`; DDP's default
-samples one in 100), and `_get_ddp_logging_data()` read at each timed step's end gives the backward's compute,
-communication and overlap times of the iteration DDP last logged (it logs one at the next syncing forward) and the
-buckets' sizes.
+that prepare an all-reduce of the gradients, counted step by step, and DDP's own logging data sampled every iteration
+(docs/doctor.md, "Under torchrun: every rank, one report").
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import statistics
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,19 +22,9 @@ _NS_PER_MS = 1e6
 
 @dataclass(frozen=True)
 class DdpFigures:
-    """DDP's communication per timed step.
-
-    Attributes:
-        modules: the DDP modules the script built.
-        buckets: the buckets of their gradients.
-        bucket_bytes: the bytes of those buckets, all-reduced by each syncing backward.
-        reductions_per_step: the syncing backwards a step (outside ``no_sync``).
-        bytes_per_step: the bytes all-reduced a step.
-        compute_ms: the backward's compute, ms an iteration (DDP's logging data, over the sampled iterations).
-        comm_ms: the backward's all-reduce, ms an iteration.
-        overlap_ms: the part of the all-reduce that overlapped the compute, ms an iteration.
-        samples: the iterations sampled.
-    """
+    """DDP's communication per timed step: the modules, their gradients' buckets and bytes, the syncing backwards
+    (outside ``no_sync``) and bytes a step, and an iteration's backward compute, all-reduce and the overlap of the two
+    in ms (DDP's logging data, over the sampled iterations)."""
 
     modules: int
     buckets: int
@@ -60,11 +43,11 @@ def _sizes(data: dict[str, Any]) -> list[int]:
 
 
 class DdpWatch:
-    """Watch every DDP module the script builds, for the block (see the module docstring)."""
+    """Watch every DDP module the script builds, for the block."""
 
     def __init__(self) -> None:
         self._modules: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
-        self._saved: list[tuple[str, Callable[..., Any]]] = []
+        self._undo = contextlib.ExitStack()
         self.reductions = 0  # syncing forwards so far
         self._seen: dict[int, int] = {}  # id of a module -> the last iteration sampled
         self._samples: list[tuple[int, int, int]] = []  # (compute, comm, overlap) ns of each iteration sampled
@@ -87,22 +70,22 @@ class DdpWatch:
                 watch.reductions += 1
             return forward(module, *args, **kwargs)
 
-        self._saved = [("__init__", init), ("forward", forward)]
+        self._undo.callback(setattr, DistributedDataParallel, "__init__", init)
+        self._undo.callback(setattr, DistributedDataParallel, "forward", forward)
         DistributedDataParallel.__init__ = made  # type: ignore[method-assign,assignment]
         DistributedDataParallel.forward = forwarded  # type: ignore[method-assign,assignment]
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        for name, original in self._saved:
-            setattr(DistributedDataParallel, name, original)
-        self._saved = []
+        self._undo.close()
 
     def start(self) -> None:
         """The timed steps begin: samples are kept from here."""
         self._at_step = self.reductions
 
     def sample(self) -> None:
-        """A timed step ended: keep its syncing forwards and the iteration each module logged last."""
+        """A timed step ended: keep its syncing forwards and the iteration each module logged last (DDP logs one at
+        the next syncing forward)."""
         self._steps.append(self.reductions - self._at_step)
         self._at_step = self.reductions
         for module in list(self._modules):

@@ -3,9 +3,9 @@ name a definition's line."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import weakref
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
@@ -33,7 +33,7 @@ class Definitions:
     def __init__(self, classes: tuple[type, ...] = (torch.optim.Optimizer, _ConvNd)) -> None:
         self._classes = classes
         self._lines: dict[int, tuple[weakref.ref[Any], SourceLine | None]] = {}
-        self._saved: list[tuple[type, Callable[..., None]]] = []
+        self._undo = contextlib.ExitStack()
         self.optimizers_made = False
 
     def _wrap(self, cls: type) -> None:
@@ -46,7 +46,7 @@ class Definitions:
             original(obj, *args, **kwargs)
             definitions._lines[id(obj)] = (weakref.ref(obj), source_line(locate_dispatch()[0]))
 
-        self._saved.append((cls, original))
+        self._undo.callback(setattr, cls, "__init__", original)
         cls.__init__ = init  # type: ignore[misc]
 
     def __enter__(self) -> Definitions:
@@ -55,9 +55,7 @@ class Definitions:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        for cls, original in reversed(self._saved):
-            cls.__init__ = original
-        self._saved = []
+        self._undo.close()
 
     def line_of(self, obj: object) -> SourceLine | None:
         """The script's line that made an object, or None when it was made elsewhere."""

@@ -1,12 +1,6 @@
-"""`pitfalls doctor --nproc-per-node N SCRIPT -- ARGS`: the doctor in N ranks, started by torch's own launcher.
-
-`torch.distributed.run` (torchrun) runs in this process, ``--standalone``, each rank being ``python -m pitfalls
-doctor [OPTIONS] SCRIPT -- ARGS``, as if the user had typed ``torchrun --standalone --nproc-per-node N -m pitfalls
-doctor ...``. What changes is where the ranks meet: the launcher's stores listen on 127.0.0.1 only
-(`distributed.control.loopback_stores`; torchrun's own listen on every interface) and the ranks' gloo sockets are
-pinned to loopback (``GLOO_SOCKET_IFNAME=lo``). Rank 0 prints the report of every rank (`ranks`), and its exit
-status, the worst rank's, is the command's; the launcher's own log (its banner, a failed rank's summary) is kept
-quiet, since the report says how each rank ended.
+"""`pitfalls doctor --nproc-per-node N SCRIPT -- ARGS`: the doctor in N ranks, started by torch's own launcher in this
+process, its stores and the ranks' gloo sockets on loopback only (docs/doctor.md, "Under torchrun: every rank, one
+report").
 """
 
 from __future__ import annotations
@@ -19,6 +13,7 @@ from pitfalls.distributed.control import loopback_stores
 
 __all__ = ["launch"]
 
+# The launcher's own log (its banner, a failed rank's summary), kept quiet: the report says how each rank ended.
 _LOGGERS = ("torch.distributed.run", "torch.distributed.elastic")
 
 

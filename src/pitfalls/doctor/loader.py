@@ -1,11 +1,8 @@
 """The script's DataLoaders, watched without changing them: the wait in ``next()``, the batches, the workers.
 
-`DataLoader.__iter__` (where workers start) and `_BaseDataLoaderIter.__next__` (what ``for batch in loader``
-calls; every iterator kind inherits it) are wrapped for the run and restored after it. Workers start, and the
-loader's own work runs, with no instrument on (`no_modes`: the torch function and dispatch modes on the stack
-popped, then pushed back): a worker started by fork copies this process as it is, mode stacks included, and a
-dataset's host code is not the training step's. Every iterator with workers is kept (weakly), so the
-doctor can shut its workers down however the script ended.
+`DataLoader.__iter__` (where workers start) and `_BaseDataLoaderIter.__next__` (which every iterator kind inherits)
+are wrapped for the run. Workers start, and the loader's own work runs, with no instrument on (`no_modes`): a worker
+started by fork copies this process, mode stacks included (docs/doctor.md, "What it runs").
 """
 
 from __future__ import annotations
@@ -42,8 +39,8 @@ class LoaderStart:
 
 class LoaderWatch:
     """Wrap every DataLoader's iteration for the block: tell ``counter`` of each batch asked for (it may raise to stop
-    the run) and delivered, and ``phases`` of each batch with its wait; while an instrument of ``phases`` is on, the
-    loader's own work runs without it."""
+    the run) and delivered, and ``phases`` of each batch with its wait; every iterator with workers is kept (weakly),
+    so that their workers can be shut down however the script ended."""
 
     def __init__(self, counter: StepCounter, phases: Phases) -> None:
         self._counter = counter

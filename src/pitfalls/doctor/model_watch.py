@@ -1,12 +1,10 @@
 """What the model and the optimizers do during the scanned steps, for the model's rules (`rules.model`, and
-`rules.settings`' cuDNN benchmark): the dtypes and shapes reaching matmul and convolution, seen by a dispatch mode
-below autocast, with the settings in force at each call; a convolution's output going
-straight into a BatchNorm, seen by global module hooks; each optimizer's steps, by torch.optim's step hooks; and each
-``zero_grad`` call, by wrapping it.
+`rules.settings`' cuDNN benchmark; docs/doctor.md, "The rules").
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import weakref
 from collections import Counter
@@ -42,9 +40,8 @@ def _tf32_device(tensor: torch.Tensor) -> bool:
 
 
 class ModelWatch(TorchDispatchMode):
-    """Watch the model and the optimizers during the scanned steps (see the module docstring); what it saw stays
-    in its attributes after the block. As a dispatch mode it sees the dtypes and shapes of matmuls and convolutions
-    below autocast.
+    """Watch the model and the optimizers during the scanned steps; what it saw stays in its attributes after the
+    block. As a dispatch mode it sees the dtypes and shapes of matmuls and convolutions below autocast.
 
     Args:
         definitions: where the script made its optimizers and convolutions.
@@ -65,7 +62,7 @@ class ModelWatch(TorchDispatchMode):
         self.convs: dict[int, _ConvNd] = {}
         self._conv_outputs: dict[int, tuple[weakref.ref[torch.Tensor], int]] = {}
         self.optimizers: dict[int, tuple[weakref.ref[torch.optim.Optimizer], int]] = {}  # id -> (it, its steps)
-        self._undo: list[Callable[[], None]] = []
+        self._undo = contextlib.ExitStack()
 
     # -- what the instruments see ---------------------------------------------------------------------------------
 
@@ -138,18 +135,16 @@ class ModelWatch(TorchDispatchMode):
 
     def __enter__(self) -> ModelWatch:
         modules = torch.nn.modules.module
-        handles = [modules.register_module_forward_hook(self._module_ran),
-                   modules.register_module_forward_pre_hook(self._module_starts),
-                   register_optimizer_step_pre_hook(self._optimizer_steps)]
-        self._undo = [handle.remove for handle in handles]
+        for handle in (modules.register_module_forward_hook(self._module_ran),
+                       modules.register_module_forward_pre_hook(self._module_starts),
+                       register_optimizer_step_pre_hook(self._optimizer_steps)):
+            self._undo.callback(handle.remove)
         for cls in (torch.optim.Optimizer, torch.nn.Module):
             original = cls.zero_grad
             cls.zero_grad = self._zero_grad(original)  # type: ignore[method-assign]
-            self._undo.append(functools.partial(setattr, cls, "zero_grad", original))
+            self._undo.callback(setattr, cls, "zero_grad", original)
         return super().__enter__()
 
     def __exit__(self, *exc_info: object) -> None:
         super().__exit__(*exc_info)
-        for undo in reversed(self._undo):
-            undo()
-        self._undo = []
+        self._undo.close()

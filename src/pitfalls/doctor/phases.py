@@ -1,13 +1,6 @@
 """The phases of a run: a state machine moved at each step's end, each phase with its own instruments, so that none
-disturbs another's figure (docs/doctor.md, "What it runs", says what each reads and why).
-
-`schedule` is the one place their order and lengths are decided. A phase is entered when the previous one has run its
-steps (`Phases.step_ended`), and when it is left its instruments' results become its typed record (`records`); the run
-is stopped (`StopRun`) after the last. The scan comes before the memory steps, so that a short script gets its syncs
-and rules first, and a phase the script cuts short keeps the record of the steps it ran (`Phases.finish`).
-
-Whatever the phase, the loader's own work runs with no instrument on and its batches are recorded as host-made
-tensors; an optimizer's step that may make new state runs under the provenance record.
+disturbs another's figure; `schedule` is the one place their order and lengths are decided, and a phase's instruments
+become its typed record (`records`) when it ends (docs/doctor.md, "What it runs").
 """
 
 from __future__ import annotations
@@ -120,11 +113,9 @@ def _anatomy(batches: list[Any]) -> Anatomy | None:
 
 
 class Phases:
-    """Move a run through its phases at each step's end (see the module docstring); ``options``: the steps of each
-    phase; ``ranks``: the other ranks, under torchrun, met at each phase's end. Each phase's record is in the
-    attribute of its name once it has ended (`timed`, `scan`, `memory`, `gpu`); `ran` holds the steps each phase
-    ran; `definitions` records where the script made its optimizers and convolutions, and `ddp` its DDP modules, for
-    the whole run."""
+    """Move a run through its phases at each step's end; ``ranks``: the other ranks, under torchrun, met at each
+    phase's end. Each phase's record is in the attribute of its name once it has ended (`timed`, `scan`, `memory`,
+    `gpu`); `ran` holds the steps each phase ran."""
 
     def __init__(self, options: DoctorOptions, ranks: Ranks | None = None) -> None:
         self.options = options

@@ -1,15 +1,5 @@
-"""The doctor under torchrun: each rank runs the doctor on its own script, and the ranks meet on the launcher's store.
-
-Where torchrun (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` and its agent's store,
-``TORCHELASTIC_USE_AGENT_STORE``) started this process, `Ranks` joins that store as a client, its keys under this
-run's id, and opens no socket of its own:
-
-- each phase's end is a barrier (`Ranks.barrier`): every rank waits there for the others, so that no rank runs an
-  instrument while another times a step, or learns that one has ended and stops too;
-- the script's process group is made with a collective timeout no longer than the budget left
-  (`Ranks.__enter__`), and a rank whose run is over destroys the group the script left, so that no rank waits in a
-  collective, past the budget, for a peer that is gone;
-- each rank sends its report to rank 0 (`send`), which waits for them until the budget's end (`gather`).
+"""The doctor under torchrun: each rank runs the doctor on its own script, and the ranks meet on the launcher's store,
+joined as a client under this run's keys (docs/doctor.md, "Under torchrun: every rank, one report").
 """
 
 from __future__ import annotations
@@ -19,7 +9,7 @@ import functools
 import json
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,22 +27,15 @@ STORE_TIMEOUT_S = 30.0
 _POLL_S = 0.005
 
 
-def launched(environ: Mapping[str, str] | None = None) -> bool:
+def launched() -> bool:
     """Whether a launcher started this process (torchrun sets ``RANK`` and ``WORLD_SIZE`` in every rank)."""
-    env = os.environ if environ is None else environ
-    return "RANK" in env or "WORLD_SIZE" in env
+    return "RANK" in os.environ or "WORLD_SIZE" in os.environ
 
 
 @dataclass
 class Ranks:
-    """This rank, the world, and the store the ranks meet on (see the module docstring).
-
-    Attributes:
-        rank: this process's rank.
-        world: the ranks.
-        store: the launcher's store, under this run's keys.
-        deadline: `time.monotonic()` at which the budget is spent.
-    """
+    """This rank, the world (the ranks), the launcher's store under this run's keys, and the `time.monotonic()` at
+    which the budget is spent."""
 
     rank: int
     world: int
@@ -60,14 +43,14 @@ class Ranks:
     deadline: float
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None, budget_s: float) -> Ranks | None:
+    def from_environ(cls, budget_s: float) -> Ranks | None:
         """The ranks of this run, or None where no launcher started this process.
 
         Raises:
             ScriptError: a launcher's variables without torchrun's agent store (one line, exit 2).
         """
-        env = os.environ if environ is None else environ
-        if not launched(env):
+        env = os.environ
+        if not launched():
             return None
         try:
             rank, world, port = int(env["RANK"]), int(env["WORLD_SIZE"]), int(env["MASTER_PORT"])

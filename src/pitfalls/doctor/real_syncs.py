@@ -1,10 +1,5 @@
-"""What only a GPU can tell: each line's real syncs and what each sync stalls (the GPU phase's instrument).
-
-During the GPU steps, PyTorch's sync debug mode warns at every synchronizing CUDA call, and a `warnings.showwarning`
-of the doctor's own places each warning at the script's line (a backward op at the forward line that built it,
-autograd's anomaly mode on, as the hazard counter does); a dispatch mode times on the host every sync-hazard op that
-touches a CUDA tensor: the wait for the device's queue to drain plus the copy that ends it. Compiled code runs
-eagerly, as under the hazard counter, so both read the same program.
+"""What only a GPU can tell: each line's real syncs, CUDA's sync debug mode's warnings placed at the script's line,
+and what each sync stalls, timed on the host (the GPU phase's instrument; docs/doctor.md, "What it runs").
 """
 
 from __future__ import annotations
@@ -53,7 +48,7 @@ class _StallMode(TorchDispatchMode):
 
 
 class RealSyncs:
-    """Count real CUDA syncs and time each hazard's stall by line, over the block (see the module docstring).
+    """Count real CUDA syncs and time each hazard's stall by line, over the block.
 
     Args:
         clock: seconds as a float.
@@ -79,7 +74,7 @@ class RealSyncs:
 
     def __enter__(self) -> RealSyncs:
         with contextlib.ExitStack() as stack:
-            stack.enter_context(eager_stance())
+            stack.enter_context(eager_stance())  # as under the hazard counter: both read the same program
             stack.enter_context(torch.autograd.set_detect_anomaly(True, check_nan=False))
             stack.enter_context(warnings.catch_warnings())
             self._passed_on = warnings.showwarning

@@ -1,7 +1,5 @@
-"""What each phase of a run measured, one typed record a phase, and the whole run's records as the rules read them.
-
-The phase runner (`phases.Phases`) makes each record when its phase ends, from that phase's instruments alone; a
-phase that never ran has no record (None), and a phase the script cut short has the record of the steps it ran.
+"""What each phase of a run measured, one typed record a phase, made by `phases.Phases` when the phase ends (None: it
+never ran; cut short: the steps it ran), and the whole run's records as the rules read them.
 """
 
 from __future__ import annotations
@@ -35,7 +33,6 @@ class ScanContext:
 
     Attributes:
         provenance: the tensors the CUDA program would hold on the host, recorded since the first step.
-        definitions: where the script made its optimizers and convolutions.
         real_devices: the script runs on an accelerator: a tensor is on the host when it is on the CPU.
     """
 
@@ -51,10 +48,8 @@ class TimedRecord:
     Attributes:
         step_s: each step's wall seconds (its device work synchronized where the script uses CUDA).
         wait_s: each step's seconds waiting in a DataLoader's ``next()``.
-        batches: each step's batches.
         workers: the most workers of a loader that delivered a batch.
-        began: wall time (`time.time()`) the phase began.
-        ended: wall time it ended.
+        began: wall time (`time.time()`) the phase began; ``ended``, the time it ended.
         cuda_peaks: the CUDA allocator's peak of each step, bytes (a run on CUDA).
         ddp: DistributedDataParallel's communication per step (None: the script built no DDP module).
         loader_line: the script's line that asked for most of the timed steps' batches (None: no batch).
@@ -89,8 +84,6 @@ class ScanRecord:
 
     Attributes:
         steps: the steps scanned (counts per step are over these).
-        hazards: each sync hazard at its line (`HazardLocator`).
-        copies: each copy between host and device (`copies.CopyRecorder`).
         anatomies: the batches' tensors and their smallest lossless dtypes, by the script's line that asked for them
             (a loader whose batches have no tensor or no fixed structure has none).
         batches: the batches delivered, by the line that asked for them.
@@ -123,14 +116,8 @@ class Seen:
     run's own watches saw from start to end.
 
     Attributes:
-        timed: the timed steps.
-        scan: the scanned steps.
-        gpu: the GPU steps (a script on CUDA).
-        memory: the memory steps (a script off CUDA).
         loader: the loader's figures over the timed steps (None: they took no batch).
         loader_line: the script's line that asked for the timed steps' batches (or, with none timed, the first).
-        graph_breaks: torch.compile's graph breaks over the run.
-        recompiles: the frames compiled again over the run.
         bandwidth: the device's copy bandwidth (None without a GPU).
         no_gpu: why the GPU's figures were not measured ("" when they were).
         step_functions: the script's functions on the stack at the first step's end (its loop).
@@ -149,6 +136,13 @@ class Seen:
     no_gpu: str
     step_functions: frozenset[tuple[str, str]]
     watches: Mapping[Callable[[], Any], Any]
+
+    def scanned(self, instrument: Callable[[ScanContext], _Instrument]) -> tuple[_Instrument | None, int]:
+        """The instrument a rule asked for, as it was after the scanned steps, and their number ((None, 0): no step
+        was scanned)."""
+        if self.scan is None or self.scan.steps == 0:
+            return None, 0
+        return self.scan.read(instrument), self.scan.steps
 
     def watched(self, watch: Callable[[], _Watch]) -> _Watch:
         """The watch of the whole run a rule asked for, as it was after the run."""

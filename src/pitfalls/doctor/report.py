@@ -38,20 +38,14 @@ class Finding:
 
     Attributes:
         rank: its place in the report (1: the costliest).
-        kind: what it is a cost of.
-        title: what it is, in a few words.
-        path: the script's file where it is (None when no line can be named).
-        line: the line.
-        code: the line's text.
+        path: the script's file where it is (None when no line can be named), at ``line``, whose text is ``code``.
         per_step: how often per step (the mean over the steps it was counted in; a line run every fifth step
             reads 0.2), or None when it is not counted per step.
         call_sites: for a line inside a helper, the lines of the step that reached it, most used first.
         ms_per_step: its estimated cost per step, or None when it could not be measured (``cost`` says why).
         share_of_step: ``ms_per_step`` over the mean step time (the loader's is its wait share).
         cost: how the cost was measured, or why it was not.
-        fix: the change that removes it: its rule's fix, word for word.
-        rule: the rule that found it (`pitfalls.doctor.rules`).
-        function: the function the line is in ("" when not known).
+        fix: its rule's fix, word for word.
     """
 
     rank: int = 0
@@ -105,19 +99,8 @@ def rank(findings: Iterable[Finding], step_ms: float | None) -> tuple[Finding, .
 
 @dataclass(frozen=True)
 class StepsDone:
-    """The steps each phase ran.
-
-    Attributes:
-        warmup: warm-up steps done.
-        measured: timed steps done.
-        memory: steps after them whose process-group memory was sampled (0 on CUDA, or when the run stopped before).
-        before_scan: steps between the timed and the scanned ones, under the provenance record (1, or 0 when the
-            run stopped before).
-        scanned: steps under the hazard counter.
-        gpu: steps under the sync debug mode (0 without a GPU).
-        counted_by: what ended a step, or None (no step).
-        total: every step the script finished.
-    """
+    """The steps each phase ran (``measured``: the timed ones; ``memory`` 0 on CUDA, ``gpu`` 0 without a GPU), what
+    ended a step (None: no step), and every step the script finished."""
 
     warmup: int
     measured: int
@@ -136,8 +119,8 @@ class Failure:
     Attributes:
         last_line: the exception's last line, e.g. "ValueError: bad batch".
         step: the step it happened in (1 for the first; 0 before the first step began).
-        traceback: the exception's traceback from the script's first frame ("" for an exit status).
-        hint: what to do about it, on its own line ("" when there is nothing to add).
+        traceback: from the script's first frame ("" for an exit status).
+        hint: what to do about it, on its own line ("": nothing to add).
     """
 
     last_line: str
@@ -148,17 +131,9 @@ class Failure:
 
 @dataclass(frozen=True)
 class LoaderFigures:
-    """The DataLoader over the timed steps.
-
-    Attributes:
-        wait_share: the share of the step spent waiting in ``next()``.
-        ms_per_step: the wait per step.
-        verdict: the loader family's verdict at its threshold.
-        batch_bytes: bytes of one batch (None when no batch was kept for its anatomy).
-        batches_per_step: batches per step.
-        workers: the loader's workers.
-        anatomy: each tensor of the batch: path, shape, dtype, bytes and its smallest lossless dtype.
-    """
+    """The DataLoader over the timed steps: the share of the step and the ms a step it waits in ``next()``, the loader
+    family's verdict, a batch's bytes (None: no batch kept for its anatomy), and each tensor of the batch with its
+    smallest lossless dtype."""
 
     wait_share: float
     ms_per_step: float
@@ -181,14 +156,8 @@ class RecompileRow:
 
 @dataclass(frozen=True)
 class CompileSummary:
-    """torch.compile over the run.
-
-    Attributes:
-        graph_breaks: each distinct break.
-        recompiles: each frame compiled again.
-        compile_s: seconds spent compiling (a one-off cost), or None when torch keeps no record.
-        unavailable: why graph breaks or recompiles could not be read ("" when they could).
-    """
+    """torch.compile over the run: each distinct graph break, each frame compiled again, the seconds spent compiling
+    (None: torch keeps no record), and why breaks or recompiles could not be read ("" when they could)."""
 
     graph_breaks: tuple[GraphBreakSite, ...]
     recompiles: tuple[RecompileRow, ...]
@@ -205,13 +174,8 @@ class CompileSummary:
 
 @dataclass(frozen=True)
 class MemoryFigures:
-    """Peak memory: the CUDA allocator's over the timed steps, or the process group's over the memory steps.
-
-    Attributes:
-        source: "CUDA allocator" or "process group" (this process and its loader workers).
-        peak_bytes: the largest peak (CUDA: max allocated; group: the sum of PSS).
-        per_step_bytes: the median of each step's peak (CUDA only).
-        detail: what else was read (USS, processes, samples).
+    """Peak memory: the CUDA allocator's over the timed steps (max allocated; ``per_step_bytes``, the median of each
+    step's peak), or the process group's over the memory steps (the sum of PSS; ``detail``: USS, processes, samples).
     """
 
     source: str
@@ -258,14 +222,8 @@ class OneOff:
 
 @dataclass(frozen=True)
 class CudaOnCpuFigures:
-    """What ``--cuda-on-cpu`` mapped (`pitfalls.doctor.cuda_on_cpu`).
-
-    Attributes:
-        device: the name the mapped device answers with.
-        capability: its compute capability.
-        devices: the CUDA devices the script saw.
-        calls: the mapped calls by kind ("tensors moved to cuda", "set_device", ...), the most first.
-    """
+    """What ``--cuda-on-cpu`` mapped: the device's name and compute capability as it answered, the devices the script
+    saw, and the mapped calls by kind ("tensors moved to cuda", ...), the most first."""
 
     device: str
     capability: tuple[int, int]
@@ -283,22 +241,16 @@ class DoctorReport:
     """What one run of a script under the doctor found.
 
     Attributes:
-        script: the script's path.
-        argv: its arguments.
-        steps: the steps each phase ran.
         ended: how the run ended ("its 18 steps are done", "the script ended after 7 steps", ...).
         failure: the script's error, when it raised before its steps were done.
         step_ms: (median, p90, mean) of the timed steps, or None when no step was timed.
         findings: ranked, the costliest first.
         loader: the loader's figures, or None when the timed steps iterated no DataLoader.
-        compile: torch.compile's figures.
         memory: peak memory, or None when no step was timed.
         copies: every copy between host and device during the scanned steps.
         real_syncs: per line on a GPU, or None without one.
         bandwidth: copy bandwidth measured on the device, GB/s by kind (empty without a GPU).
-        one_off: costs paid once.
         not_measured: each figure that was not measured, and why ("real syncs by line ...: no GPU").
-        wall_s: the run's wall seconds.
         no_gpu: why the GPU's figures were not measured (`reasons.NO_GPU`, `reasons.SCRIPT_NO_GPU`), or "" when
             they were.
         digests: the digests of the first batches, when they were asked for (`DoctorOptions.digests`).

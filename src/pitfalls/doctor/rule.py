@@ -1,8 +1,6 @@
 """A rule of the doctor's, one unit: what it finds, the fix, the peer's rule it follows, where it applies, the
-instrument it reads, how it turns what was seen into findings, and its planted line with its right-thing twin.
-
-The registry (`pitfalls.doctor.rules`) is the one list of rules: the report, docs/doctor.md's rules table, the
-calibration rows (`pitfalls calibrate`) and ``--baseline`` read it; docs/extending.md shows how to add one.
+instrument it reads, how it turns what was seen into findings, and its planted line with its right-thing twin
+(docs/doctor.md, "The rules"; docs/extending.md, "Your own rule").
 """
 
 from __future__ import annotations
@@ -66,7 +64,6 @@ class Hit:
     """One thing a rule found; the rule gives it its kind, its fix and its name.
 
     Attributes:
-        title: what it is, in a few words.
         line: the script's line (None when none can be named).
         per_step: how often per step, or None when it is not counted per step.
         ms_per_step: its cost per step, or None when it could not be measured.
@@ -88,14 +85,12 @@ class Rule:
 
     Attributes:
         name: its short name, each finding's ``rule``.
-        kind: what its findings are a cost of.
-        finds: what it finds, in a sentence.
         fix: the change that removes it: every finding's fix, word for word.
         source: the peer's rule it follows (PyTorch's profiler pattern matcher, Nsight Systems), or the suite's own.
         reads: the instrument it reads, in words.
         find: turns what a run saw into its hits.
         instrument: makes the instrument it needs during the scanned steps (None: it reads the run's records);
-            rules that name the same maker share one instrument, read back with ``seen.scan.read(maker)``.
+            rules that name the same maker share one instrument, read back with ``seen.scanned(maker)``.
         plant: its known answer: `pitfalls calibrate` runs it (`checks.rule_checks`).
         where: where the doctor reads it, and where it costs.
         gated: its counts per step are exact on a CPU: ``--baseline`` fails on a new one or one that grew.

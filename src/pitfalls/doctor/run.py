@@ -1,10 +1,5 @@
-"""Run a script under the doctor: its steps counted, each phase's instruments in turn, the report built.
-
-`run_doctor` is the whole of ``pitfalls doctor`` but the printing: it checks the script, runs it unchanged in this
-process until its steps are done (or it ends, raises, or spends the budget), shuts down the workers it left, then
-hands what the phases recorded (`records.Seen`) to every rule (`rules.findings`) and ranks what they found. Dynamo's
-state is reset first (`torch._dynamo.reset`, "as if you had started a fresh process"), so a script compiles as it
-would on its own, whatever ran before it here.
+"""Run a script under the doctor: its steps counted, each phase's instruments in turn, the report built from what
+the phases recorded (`records.Seen`) and what every rule found in it (`rules.findings`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""The user's script: checked before it runs (present, valid Python), then run as ``__main__``.
-
-The script runs in this process, as ``python SCRIPT ARGS...`` would run it: its ``__name__`` is ``"__main__"``,
-``sys.argv`` is ``[SCRIPT, *ARGS]``, ``sys.path[0]`` its folder, and ``sys.modules["__main__"]`` a module whose
-``__file__`` is the script, so a class it defines pickles by reference and a worker started by spawn finds it.
+"""The user's script: checked before it runs (present, valid Python), then run as ``__main__``, as ``python SCRIPT
+ARGS...`` would run it (docs/doctor.md, "What it runs").
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """How the script set up its training, watched over the whole run for the GPU path's rules (`rules.training`,
-`rules.settings`): where it made each DataParallel and DistributedDataParallel wrapper, and the settings that slow
-every step, as they were at the first step's end, each with the script's call that set it.
-
-The settings are read at the first step's end (the first optimizer step), before any instrument of the doctor's
-runs: the hazard counter turns autograd's anomaly mode on during the scanned steps, so a later reading would see the
-doctor's setting, not the script's. The script's calls that change them are seen by wrapping the functions torch
-routes them through (``torch.set_anomaly_enabled``, which ``set_detect_anomaly`` and ``detect_anomaly`` call;
-``torch.use_deterministic_algorithms``; the autograd profiler's ``_start_trace``, which ``torch.profiler.profile``
-calls to start; ``os.environ[...] =``); a call is the script's when the first frame outside torch that made it is
-the script's (`pitfalls.probes.sites.script_caller`), so the doctor's own calls are left out.
+`rules.settings`): where it made each DataParallel and DDP wrapper, and the settings that slow every step as they were
+at the first step's end, before the doctor's instruments run, each with the script's call that set it, seen by
+wrapping the function torch routes it through (docs/doctor.md, "The GPU path's rules").
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -42,8 +36,7 @@ _READ: dict[str, Callable[[], bool]] = {
 
 
 class SetupWatch:
-    """Watch the script's set-up over the whole run (see the module docstring); what it saw stays in its attributes
-    after the block.
+    """Watch the script's set-up over the whole run; what it saw stays in its attributes after the block.
 
     Attributes:
         definitions: where the script made each DataParallel and DistributedDataParallel wrapper.
@@ -59,7 +52,7 @@ class SetupWatch:
         self.first_step: SourceLine | None = None
         self.read = False
         self._turned_on: dict[str, SourceLine | None] = {}  # the script's latest call that turned each setting on
-        self._undo: list[Callable[[], None]] = []
+        self._undo = contextlib.ExitStack()
 
     def _record(self, setting: str, on: bool) -> None:
         line = script_caller(sys._getframe(2))  # the wrapper's caller, or the torch code it came through
@@ -85,11 +78,11 @@ class SetupWatch:
             return original(*args, **kwargs)
 
         setattr(owner, name, wrapper)
-        self._undo.append(functools.partial(setattr, owner, name, original))
+        self._undo.callback(setattr, owner, name, original)
 
     def __enter__(self) -> SetupWatch:
-        self.definitions.__enter__()
-        self._undo = [self.definitions.__exit__, register_optimizer_step_post_hook(self._first_step).remove]
+        self._undo.enter_context(self.definitions)
+        self._undo.callback(register_optimizer_step_post_hook(self._first_step).remove)
         self._wrapped(torch, "set_anomaly_enabled", ANOMALY, lambda enabled, *_a, **_k: bool(enabled))
         self._wrapped(torch, "use_deterministic_algorithms", DETERMINISTIC, lambda mode, *_a, **_k: bool(mode))
         self._wrapped(torch.autograd.profiler.profile, "_start_trace", PROFILER, lambda *_a, **_k: True)
@@ -98,6 +91,4 @@ class SetupWatch:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        for undo in reversed(self._undo):
-            undo()
-        self._undo = []
+        self._undo.close()

@@ -1,11 +1,5 @@
-"""Steps of an unchanged script: counted at the optimizer's step, or at the loader's batches, and stopped
-(docs/doctor.md, "Steps").
-
-A step ends when the first optimizer the script steps (the *pacing* optimizer) runs its step post hooks, seen through
-torch.optim's global hooks; a script that builds no `torch.optim` optimizer is counted by its DataLoader. The first
-step starts at the first batch asked for or the first optimizer step, whichever comes first. The run is stopped by
-raising `StopRun`: it derives from BaseException, so the script's ``except Exception`` cannot swallow it, while its
-``finally`` blocks run.
+"""Steps of an unchanged script: counted at the first optimizer's step, or at the loader's batches, and stopped by
+raising `StopRun`, which the script's ``except Exception`` cannot swallow (docs/doctor.md, "Steps").
 """
 
 from __future__ import annotations
@@ -92,15 +86,9 @@ class Budget:
 
 
 class StepCounter:
-    """Count the script's steps and report each step's start and end to the phases.
-
-    `step_functions` holds the script's functions on the stack at the first step's end (the loop and the functions
-    it runs in), so a hazard in any other function is inside a helper the step calls.
-
-    ``phases`` hears of the first step's start, each step's end (where it raises `StopRun` to stop the run) and each
-    optimizer's step begun (any optimizer, after the first step started) and ended (before that step's end is
-    counted); ``budget`` is held while the counter's own work runs.
-    """
+    """Count the script's steps and report each step's start and end, and each optimizer's step, to the phases;
+    ``budget`` is held while the counter's own work runs. `step_functions` holds the script's functions on the stack
+    at the first step's end, so a hazard in any other function is inside a helper the step calls."""
 
     def __init__(self, budget: Budget, phases: Phases) -> None:
         self._budget = budget

@@ -1,20 +1,12 @@
-"""What DDP and GradScaler do during the scanned steps, for the GPU path's rules (`rules.training`): each forward of a
-DistributedDataParallel module, whether it armed its backward's all-reduce and whether that backward ran inside
-``no_sync()``; whether every parameter was used, where DDP looks for unused ones; and each ``GradScaler.scale`` with
-the autocast dtypes of the forward whose loss it scales.
-
-DDP decides at the forward whether the next backward all-reduces (torch/nn/parallel/distributed.py,
-``DistributedDataParallel._post_forward``): with grad mode on and ``require_backward_grad_sync`` True it calls
-``reducer.prepare_for_backward``, which arms the reducer's hooks for that backward; ``no_sync()`` only sets
-``require_backward_grad_sync`` False for its block. So a forward outside ``no_sync`` arms the all-reduce, and its
-backward all-reduces even inside ``no_sync`` (the reducer's hooks never read the flag). The watch wraps DDP's
-``forward``, reads the flag and grad mode there, and hangs a hook on the forward's outputs that reads the flag again
-when their backward runs. A DDP module on the Python reducer (compiled autograd), which reads the flag at the
-backward, is left out.
+"""What DDP and GradScaler do during the scanned steps, for the GPU path's rules (`rules.training`): each DDP forward
+that arms its backward's all-reduce, read at the forward, and whether that backward ran inside ``no_sync()``, read by
+a hook on the forward's outputs; whether every parameter was used; each ``GradScaler.scale`` with the autocast dtypes
+of its forward (docs/doctor.md, "The GPU path's rules").
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import weakref
 from collections import Counter
@@ -66,13 +58,8 @@ class DdpSeen:
     armed: list[DdpForward] = field(default_factory=list)
 
 
-def _finds_unused(ddp: DistributedDataParallel) -> bool:
-    return bool(ddp.find_unused_parameters and not ddp.static_graph)
-
-
 class TrainingWatch:
-    """Watch DDP and GradScaler during the scanned steps (see the module docstring); what it saw stays in its
-    attributes after the block.
+    """Watch DDP and GradScaler during the scanned steps; what it saw stays in its attributes after the block.
 
     Attributes:
         ddp: what each DDP module did, by its id.
@@ -84,7 +71,7 @@ class TrainingWatch:
         self.ddp: dict[int, DdpSeen] = {}
         self.bf16_scales: Counter[_Key] = Counter()
         self._dtypes: set[torch.dtype] = set()  # autocast's dtypes since the last scale() call
-        self._undo: list[Callable[[], None]] = []
+        self._undo = contextlib.ExitStack()
 
     # -- DDP ------------------------------------------------------------------------------------------------------
 
@@ -99,7 +86,9 @@ class TrainingWatch:
         """Read whether the last armed backward used every parameter, where DDP looks for unused ones (the
         reducer's map of the parameters that backward used)."""
         ddp, last = seen.module(), seen.armed[-1] if seen.armed else None
-        if ddp is None or last is None or not last.backward or last.all_used is not None or not _finds_unused(ddp):
+        if ddp is None or last is None or not last.backward or last.all_used is not None:
+            return
+        if not ddp.find_unused_parameters or ddp.static_graph:
             return
         used_map = getattr(ddp.reducer, "_get_local_used_map", None)
         if used_map is not None:
@@ -167,7 +156,7 @@ class TrainingWatch:
     def _patch(self, owner: type, name: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
         original = vars(owner)[name]
         setattr(owner, name, wrap(original))
-        self._undo.append(functools.partial(setattr, owner, name, original))
+        self._undo.callback(setattr, owner, name, original)
 
     def __enter__(self) -> TrainingWatch:
         self._patch(DistributedDataParallel, "forward", self._forward)
@@ -176,8 +165,6 @@ class TrainingWatch:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        for undo in reversed(self._undo):
-            undo()
-        self._undo = []
+        self._undo.close()
         for seen in self.ddp.values():
             self._read_used(seen)  # the last scanned step's backward

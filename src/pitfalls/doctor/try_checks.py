@@ -1,13 +1,6 @@
-"""Known answers for `pitfalls doctor --try`: a loader-bound planted script (`planted/loader.py`) tried with workers.
-
-The plant: items of `ITEM_MS` each, `BATCH` a batch, no workers; a step of `STEP_MS` besides a tiny model's. With
-`WORKERS` workers the loader makes two batches at once, so the step waits less and the script runs faster. What
-"faster" must read is the loader family's own answer for the same plant: its samples/s of the same producer and
-consumer (`families.loader.timing_checks.planted_step`, timed by the published figure's routine) with `WORKERS`
-workers over that without, measured in the same row. The doctor's speedup must read within `TOLERANCE` of it, the
-wait share must drop, and the batches must be the script's own. The same plant with a random augmentation drawn in
-each item (`--augment`: in a worker, from that worker's seed) must read "changes the batches". Each timed reading
-waits for a free core per process (`pitfalls.known.other_work`) and says what ran beside it.
+"""Known answers for `pitfalls doctor --try`: a loader-bound planted script (`planted/loader.py`) tried with workers,
+its speedup read against the loader family's own samples/s of the same plant, measured in the same row
+(docs/doctor.md, "Calibrated").
 """
 
 from __future__ import annotations
@@ -67,6 +60,7 @@ def family_speedup() -> float:
 
 
 def _alone() -> tuple[tuple[Tried, float], Conditions]:
+    """The trial and the family's reading, once a core per process is free; and what ran beside them."""
     return on_free_cores(lambda: (try_planted(), family_speedup()), WORKERS + 1)
 
 

@@ -1,15 +1,8 @@
 """One trial of `pitfalls doctor --try`, in a fresh process: the script run with a DataLoader setting applied from
-outside, its steps timed as the doctor times them, stopped after its timed steps.
+outside (`applied`), its steps timed as the doctor times them, stopped after its timed steps (docs/doctor.md, "--try").
 
-A setting is a few of the DataLoader's own arguments, ``num_workers=2,pin_memory=True``. Applied, it overrides them
-in every DataLoader the script builds (`DataLoader.__init__` wrapped for the block), whatever the script passed.
-With ``num_workers=0`` the arguments that need workers (``prefetch_factor``, ``persistent_workers``) are dropped,
-as DataLoader refuses them then.
-
-``python -m pitfalls.doctor.try_child SPEC OUT`` reads the trial (`Trial`, as JSON) and writes what it measured to OUT
-as JSON: the timed steps' median and mean milliseconds, the share of them spent waiting in ``next()``, the loader's
-workers, the first batches' digests, how the run ended and, when the script failed, its last line. The script's own
-output goes to stderr.
+``python -m pitfalls.doctor.try_child SPEC OUT`` reads the trial (`Trial`, as JSON) and writes what `run_trial`
+measured to OUT as JSON; the script's own output goes to stderr.
 """
 
 from __future__ import annotations
@@ -35,6 +28,7 @@ LoaderSetting = Mapping[str, int | bool]
 # The DataLoader arguments a setting may change, and what each takes.
 SETTINGS = {"num_workers": "an int >= 0", "pin_memory": "True or False", "persistent_workers": "True or False",
             "prefetch_factor": "an int >= 1"}
+# With num_workers=0 these are dropped: DataLoader refuses them then.
 _NEED_WORKERS = ("prefetch_factor", "persistent_workers")
 
 
@@ -120,7 +114,7 @@ class Trial:
 
 
 def run_trial(trial: Trial) -> dict[str, Any]:
-    """Run one trial in this process; returns what it measured (see the module's docstring)."""
+    """Run one trial in this process; returns what it measured."""
     options = DoctorOptions(warmup=trial.warmup, steps=trial.steps, budget_s=trial.budget_s, trial=True,
                             digests=trial.digests, cuda_on_cpu=trial.cuda_on_cpu)
     with applied(trial.setting):

@@ -1,10 +1,5 @@
-"""`pitfalls doctor --try`: the DataLoader's settings tried on the user's own script, each measured, not advised
-(docs/doctor.md, "--try").
-
-Each setting, and the script's own ("as written"), runs the unmodified script in a fresh process
-(`pitfalls.doctor.try_child`), one at a time, every trial the same steps: enough for the steady state of the setting
-with the most workers, as the loader family times its cases (`families.loader.steady`). A setting is a fix only when
-its first `DIGESTS` batches are the script's own.
+"""`pitfalls doctor --try`: the DataLoader's settings tried on the user's own script, each measured in a fresh process
+(`pitfalls.doctor.try_child`), not advised (docs/doctor.md, "--try").
 """
 
 from __future__ import annotations
@@ -39,14 +34,11 @@ START_S = 120.0
 
 @dataclass(frozen=True)
 class TryRow:
-    """One setting, measured.
+    """One setting, measured (docs/doctor.md, "--try").
 
     Attributes:
         setting: the setting as the command line writes it ("as written": the script's own).
-        workers: the loader's workers in the trial.
         step_ms: the median timed step, ms.
-        mean_ms: the mean timed step, ms.
-        wait_share: the share of the timed steps spent waiting in ``next()``.
         speedup: the script's own mean step over this one's (None when either was not timed).
         same_batches: its first batches equal the script's own (None: not judged, ``note`` says why).
         fix: the setting ranked as the fix: the fastest with the same batches, faster than the script's own.
@@ -70,13 +62,8 @@ class TryRow:
 
 @dataclass(frozen=True)
 class Tried:
-    """The settings tried, or why none was.
-
-    Attributes:
-        rows: the script's own setting first, then each tried one.
-        note: why nothing was tried, or why the batches were not judged ("" when they were).
-        steps: (warm-up, timed) steps of every trial.
-    """
+    """The settings tried, the script's own first, or why none was (``note``, also why the batches were not judged);
+    ``steps``: (warm-up, timed) steps of every trial."""
 
     rows: tuple[TryRow, ...]
     note: str = ""

@@ -38,10 +38,9 @@ def combine(reports: Sequence[dict[str, Any] | None], first_to_end: str = "") ->
 
     Returns:
         ``{"world_size", "first_to_end", "slowest_rank", "exit_status", "ranks"}`` (the exit status the worst
-        rank's, 1 where one sent nothing); every finding of a rank carries
-        ``per_step_by_rank`` (its rule's count per step at its line on each rank; None on a rank whose scan never
-        ran or that sent nothing), and a sync that some rank which scanned its steps did not make ``only_on_ranks``
-        and ``wait_on_other_ranks`` (its stall on its ranks, which the others wait for at their next collective).
+        rank's, 1 where one sent nothing), each finding with ``per_step_by_rank`` (None where a rank's scan never
+        ran or it sent nothing) and, for a sync some rank did not make, ``only_on_ranks`` and ``wait_on_other_ranks``
+        (docs/doctor.md, "Under torchrun: every rank, one report").
     """
     missing = "sent no report before the budget's end"
     ranks: list[dict[str, Any]] = [dict(report) if report is not None else {"rank": index, "missing": missing}

@@ -1,10 +1,6 @@
-"""The one registry of the doctor's rules: the built-in ones, then those other packages register.
-
-Every finding of a report is a rule's (`pitfalls.doctor.rule.Rule`): the report, docs/doctor.md's rules table, the
-calibration rows (`pitfalls calibrate`, from each rule's plant) and ``--baseline`` read this list. A package adds a
-rule through the entry-point group ``pitfalls.rules`` (the entry point names a `Rule`); a file outside any package
-through ``PITFALLS_RULES=path/to/file.py:NAME`` or ``module:NAME`` (comma-separated for several), as families are
-added (`pitfalls.registry`). A rule that fails to load is left out with a warning; `load_errors` says why.
+"""The one registry of the doctor's rules: the built-in ones, then those other packages register through the
+entry-point group ``pitfalls.rules`` or ``PITFALLS_RULES=path/to/file.py:NAME`` (or ``module:NAME``), as families
+are; a rule that fails to load is left out with a warning, `load_errors` says why (docs/extending.md, "Your own rule").
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """torch.compile's rules, read by the suite's one compile instrument over the whole run
-(`pitfalls.probes.compiled.CompileWatch`): each graph break at its line with dynamo's reason and hint, and each frame
-compiled again during the timed steps, with its compile seconds a step.
+(`pitfalls.probes.compiled.CompileWatch`): each graph break at its line, each frame compiled again in the timed steps.
 """
 
 from __future__ import annotations

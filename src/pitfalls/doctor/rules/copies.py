@@ -1,6 +1,5 @@
 """The copy rules: each non-blocking copy between host and device of the scanned steps (`copies.CopyRecorder`), by
-line, its bytes per step and, on a GPU, those bytes over the device's measured bandwidth. A blocking copy is a sync,
-found by the sync rules.
+line; a blocking copy is a sync, found by the sync rules.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """The loader's rules: the wait in the DataLoader's ``next()`` over the timed steps, judged by the loader family's
-verdict (`families/loader/verdict.py`), and each loader's batch against its smallest lossless dtypes (scan-loader's
-batch anatomy), at the script's line that asks for its batches.
+verdict, and each loader's batch against its smallest lossless dtypes, at the script's line that asks for it.
 """
 
 from __future__ import annotations

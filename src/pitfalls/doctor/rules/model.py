@@ -1,7 +1,5 @@
 """The model's rules, PyTorch's profiler pattern matcher's, read on a CPU from the program itself during the scanned
-steps (`model_watch.ModelWatch`): an optimizer tensor by tensor, zero_grad to zeros, a convolution's bias cancelled
-by a BatchNorm, float32 matmuls and convolutions without TF32, half-precision sizes that are not multiples of 8. What
-a fix saves is not measured: it needs the step run with the fix.
+steps (`model_watch.ModelWatch`; docs/doctor.md, "The rules").
 """
 
 from __future__ import annotations
@@ -28,12 +26,6 @@ def watch(context: ScanContext) -> ModelWatch:
     return ModelWatch(context.definitions, context.provenance)
 
 
-def _watch(seen: Seen) -> tuple[ModelWatch, int] | None:
-    if seen.scan is None or seen.scan.steps == 0:
-        return None
-    return seen.scan.read(watch), seen.scan.steps
-
-
 def tensor_by_tensor(optimizer: torch.optim.Optimizer) -> str:
     """The setting that makes an optimizer run tensor by tensor on a GPU, or "" (foreach or fused there, or an
     optimizer with no foreach implementation to switch to)."""
@@ -50,10 +42,9 @@ def tensor_by_tensor(optimizer: torch.optim.Optimizer) -> str:
 
 
 def _foreach(seen: Seen) -> list[Hit]:
-    found = _watch(seen)
-    if found is None:
+    model, steps = seen.scanned(watch)
+    if model is None:
         return []
-    model, steps = found
     hits = []
     for ref, count in model.optimizers.values():
         optimizer = ref()
@@ -65,28 +56,25 @@ def _foreach(seen: Seen) -> list[Hit]:
 
 
 def _conv_bias(seen: Seen) -> list[Hit]:
-    found = _watch(seen)
-    if found is None:
+    model, steps = seen.scanned(watch)
+    if model is None:
         return []
-    model, steps = found
     return [Hit(f"{type(model.convs[key]).__name__} with a bias straight into a BatchNorm",
                 model.definitions.line_of(model.convs[key]), count / steps) for key, count in model.conv_bias.items()]
 
 
 def _zero_grad(seen: Seen) -> list[Hit]:
-    found = _watch(seen)
-    if found is None:
+    model, steps = seen.scanned(watch)
+    if model is None:
         return []
-    model, steps = found
     return [Hit("zero_grad(set_to_none=False)", source_line(key), n / steps) for key, n in model.zero_grads.items()]
 
 
 def _precision(what: str, matmuls: bool) -> Callable[[Seen], list[Hit]]:
     def find(seen: Seen) -> list[Hit]:
-        found = _watch(seen)
-        if found is None:
+        model, steps = seen.scanned(watch)
+        if model is None:
             return []
-        model, steps = found
         counts = model.matmuls if matmuls else model.convolutions
         if not counts:
             return []
@@ -100,10 +88,9 @@ def _precision(what: str, matmuls: bool) -> Callable[[Seen], list[Hit]]:
 
 
 def _unaligned(seen: Seen) -> list[Hit]:
-    found = _watch(seen)
-    if found is None:
+    model, steps = seen.scanned(watch)
+    if model is None:
         return []
-    model, steps = found
     return [Hit(f"{len(shapes) / steps:g} half-precision matmul(s) a step with a size not a multiple of 8: "
                 f"{', '.join(dict.fromkeys(shapes))}", source_line(key), len(shapes) / steps)
             for key, shapes in model.unaligned.items()]

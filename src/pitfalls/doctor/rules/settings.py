@@ -1,9 +1,6 @@
-"""Settings that slow every step, left on from debugging or never turned on: anomaly detection, a profiler the
-script started, deterministic algorithms, ``CUDA_LAUNCH_BLOCKING=1`` (read at the first step's end by
-`setup_watch.SetupWatch`), and cuDNN's benchmark off while every convolution keeps its shapes (read at each
-convolution by the model's watch). Each is a rule with one fix. A setting is reported at the script's call that
-turned it on; one the script did not set where it can be seen (the environment it was started with) at the line
-whose call ended the first step.
+"""Settings that slow every step, left on from debugging (read at the first step's end by `setup_watch.SetupWatch`)
+or never turned on (cuDNN's benchmark, read at each convolution by the model's watch); docs/doctor.md, "The GPU path's
+rules".
 """
 
 from __future__ import annotations
@@ -36,9 +33,10 @@ def _left_on(setting: str) -> Callable[[Seen], list[Hit]]:
 
 
 def _untuned(seen: Seen) -> list[Hit]:
-    if seen.scan is None or seen.scan.steps == 0:
+    watch, steps = seen.scanned(model.watch)
+    if watch is None:
         return []
-    untuned, steps = seen.scan.read(model.watch).untuned, seen.scan.steps
+    untuned = watch.untuned
     # Each shape ran in every scanned step (as often as the steps, at least): benchmark would time it once.
     if not untuned or any(n < steps for shapes in untuned.values() for n in shapes.values()):
         return []

@@ -1,9 +1,5 @@
 """The sync rules: one a class of sync hazard (`pitfalls.probes.rewrites.CLASSES`), read by the hazard counter of the
-scanned steps (`HazardLocator`, the one behind `pitfalls scan`), each hazard line a finding with its count per step
-and, for a line inside a helper, the lines of the step that call it. GradScaler's own reads (its inf check in
-``scaler.step``, ``get_scale``) are classes of their own, told apart by the torch functions between the line and the
-op, so the line's scalar-read rule does not count them again. On a GPU its cost is the host's measured wait
-in the syncing call (the GPU phase); on a CPU it is not measurable.
+scanned steps by line; on a GPU each costs the host's measured wait in the syncing call (docs/doctor.md, "The rules").
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""The GPU path's training rules: DDP's all-reduces that ``no_sync`` would skip, or that a ``no_sync`` around the
-backward alone does not, a search for unused parameters that finds none, ``nn.DataParallel``, and a GradScaler with
-bfloat16 autocast. They read DDP's and GradScaler's calls during the scanned steps (`training_watch.TrainingWatch`)
-and where the script made its wrappers (`setup_watch.SetupWatch`); a script written for CUDA is read on a CPU with
-``--cuda-on-cpu``, DDP as one process of one rank. What a fix saves is not measured: it needs the step run with it.
-GradScaler's own syncs (its inf check, ``get_scale``) are classes of sync hazard (`rules.syncs`).
+"""The GPU path's training rules: DDP's all-reduces that ``no_sync`` would skip or does not, a search for unused
+parameters that finds none, ``nn.DataParallel``, a GradScaler with bfloat16 autocast (docs/doctor.md, "The GPU path's
+rules"). GradScaler's own syncs are classes of sync hazard (`rules.syncs`).
 """
 
 from __future__ import annotations
@@ -27,9 +24,8 @@ _ALL_REDUCE_WHERE = "CPU or GPU; an all-reduce costs across processes (several G
 
 
 def _ddp(seen: Seen) -> tuple[list[DdpSeen], int]:
-    if seen.scan is None or seen.scan.steps == 0:
-        return [], 0
-    return list(seen.scan.read(TrainingWatch).ddp.values()), seen.scan.steps
+    watch, steps = seen.scanned(TrainingWatch)
+    return ([] if watch is None else list(watch.ddp.values())), steps
 
 
 def _most(forwards: list[DdpForward]) -> SourceLine | None:
@@ -77,11 +73,11 @@ def _data_parallel(seen: Seen) -> list[Hit]:
 
 
 def _bf16_scaler(seen: Seen) -> list[Hit]:
-    if seen.scan is None or seen.scan.steps == 0:
+    watch, steps = seen.scanned(TrainingWatch)
+    if watch is None:
         return []
-    found, steps = seen.scan.read(TrainingWatch).bf16_scales, seen.scan.steps
     return [Hit("GradScaler.scale of a loss whose forward ran under bfloat16 autocast", source_line(key), n / steps)
-            for key, n in found.items()]
+            for key, n in watch.bf16_scales.items()]
 
 
 _READS = "the training watch of the scanned steps: "
