@@ -10,6 +10,8 @@ The way from an instrument to a line of the report::
         ──> rules.findings: every rule of the registry (rules/: syncs, copies, model, loader, compiled, training,
             settings; plug-ins) turns what was seen into its hits, given its fix and name (rule.Rule) ──> report.rank
         ──> report.DoctorReport ──> render (text) or as_json (--json); reasons: why a figure was not measured
+    under torchrun: ranks.Ranks ends each phase with every rank; cli sends each rank's report to rank 0, which
+        prints them all (world.combine, world.render_world)
 """
 
 from pitfalls.doctor.options import DoctorOptions
