@@ -51,7 +51,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 SERIAL_LIST_ENV = "PITFALLS_SERIAL_LIST"
 
 
+def _held_elsewhere(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A test marked held_by(node id) runs a part of that test's work, for a run that does not select it (the
+    # CUDA-build leg's `-m cuda_build`): where both are collected, the part is deselected, not run twice.
+    collected = {item.nodeid for item in items}
+    held = [item for item in items if (marker := item.get_closest_marker("held_by")) and marker.args[0] in collected]
+    if held:
+        config.hook.pytest_deselected(items=held)
+        items[:] = [item for item in items if item not in held]
+
+
+# After pytest's own -m and -k selection: a part is left out only where its whole is still selected.
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _held_elsewhere(config, items)
     listing = os.environ.get(SERIAL_LIST_ENV)
     if listing:
         serial = [item.nodeid for item in items if item.get_closest_marker("serial") is not None]

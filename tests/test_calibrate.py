@@ -47,9 +47,10 @@ def test_calibrate_cpu_passes_with_every_row() -> None:
 
 
 @pytest.mark.cuda_build
+@pytest.mark.held_by("tests/test_calibrate.py::test_calibrate_cpu_passes_with_every_row")
 def test_the_doctors_rows_pass_through_the_command() -> None:
     # The doctor's rows alone (one planted run read by all of them), for the CUDA-build leg, where the whole table
-    # would take minutes more; the whole table's run above holds them too.
+    # would take minutes more; where the whole table's run above is collected, it holds them and this is left out.
     from pitfalls.doctor.checks import doctor_checks
 
     names = [check.name for check in doctor_checks() if check.device == CPU]  # the CUDA ones: "not run" here

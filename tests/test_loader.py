@@ -588,7 +588,6 @@ print(json.dumps({storage: [probes.copy_on_write("ram_encoded", "cpu", storage=s
 """
 
 
-@pytest.mark.cuda_build
 @pytest.mark.slow
 def test_a_list_of_bytes_is_copied_into_the_workers_per_item_and_a_packed_buffer_is_not(data_cache):
     # PyTorch issue 13246: reading an item of a Python list writes its reference count, which copies the page

@@ -187,3 +187,31 @@ def test_both_phases_are_dealt_from_one_collection(tmp_path: Path):
     assert len(re.findall(r"^collected \d+ tests in", done.stdout, flags=re.MULTILINE)) == 1
     ran = dict(line.split() for line in log.read_text().splitlines())
     assert ran["serial"] == "alone" and all(ran[f"spread{i}"].startswith("gw") for i in range(3)), ran
+
+
+def test_a_part_held_by_a_collected_test_is_left_out_and_runs_where_that_test_is_not_selected(tmp_path: Path):
+    # The doctor's calibration rows are a part of the whole table's run: in the whole suite they would run twice,
+    # in the CUDA-build leg's `-m cuda_build` (no whole table) they must run.
+    (tmp_path / "tests").mkdir()
+    for helper in ("conftest.py", "skips.py"):
+        (tmp_path / "tests" / helper).write_text((Path(shuffled.__file__).parent / helper).read_text())
+    (tmp_path / "tests" / "test_table.py").write_text(textwrap.dedent("""
+        import pytest
+        def test_whole():
+            pass
+        @pytest.mark.leg
+        @pytest.mark.held_by("tests/test_table.py::test_whole")
+        def test_part():
+            pass
+    """))
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    leg: the leg\n    held_by(nodeid): part\n")
+    env = {name: value for name, value in os.environ.items() if not name.startswith("PYTEST_")}
+
+    def collected(*args: str) -> list[str]:
+        done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:pitfalls", *args],
+                              cwd=tmp_path, capture_output=True, text=True, check=False, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return [line for line in done.stdout.splitlines() if "::" in line]
+
+    assert collected("tests") == ["tests/test_table.py::test_whole"]
+    assert collected("tests", "-m", "leg") == ["tests/test_table.py::test_part"]

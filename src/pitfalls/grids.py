@@ -1,4 +1,5 @@
-"""The asv grids' names and the two variables that choose one (``PITFALLS_GRID``, ``PITFALLS_ROUNDS``).
+"""The asv grids' names, the two variables that choose one (``PITFALLS_GRID``, ``PITFALLS_ROUNDS``), and the one
+that names a run's file of compile crashes (``PITFALLS_COMPILE_FAILURES``, read by `pitfalls.measure.case`).
 
 The grids' sizes live with the suite (benchmarks/common.py). Their names and the reading of the two variables live
 here, in a module that imports nothing heavy, so that the main job and the comparison refuse a bad value with one
@@ -13,6 +14,10 @@ GRID_ENV = "PITFALLS_GRID"
 ROUNDS_ENV = "PITFALLS_ROUNDS"
 GRID_NAMES = ("quick", "full")
 DEFAULT_GRID = "quick"
+# A file shared by one run's processes (asv forks one per benchmark and parameter set, and a case is built in each):
+# a case whose compile crashed is compiled once per run, not once per figure, each later process skipping it with
+# the same reason. The main job names a file of its own run here; unset, each process compiles for itself.
+COMPILE_FAILURES_ENV = "PITFALLS_COMPILE_FAILURES"
 
 
 def chosen_grid(environ: Mapping[str, str]) -> tuple[str, int | None]:

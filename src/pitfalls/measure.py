@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
+import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
@@ -19,6 +22,7 @@ import torch
 from pitfalls.cases import build_case
 from pitfalls.devices import cuda_available, fits, resolve_device, synchronize
 from pitfalls.family import Case, SkipCase
+from pitfalls.grids import COMPILE_FAILURES_ENV
 from pitfalls.probes.compiled import compile_failure_reason, compile_probe
 from pitfalls.probes.nvml import NvmlSummary, nvml_windows
 from pitfalls.probes.syncs import count_cuda_syncs, count_hazards
@@ -55,13 +59,30 @@ def compiled(mode: str) -> bool:
     return mode == "compiled"
 
 
+def _failure_recorded(case_key: str) -> str | None:
+    path = os.environ.get(COMPILE_FAILURES_ENV)
+    if not path or not os.path.exists(path):
+        return None
+    for line in Path(path).read_text().splitlines():
+        entry = json.loads(line)
+        if entry["case"] == case_key:
+            return str(entry["reason"])
+    return None
+
+
 @contextlib.contextmanager
-def _compile_failure_as_skip() -> Iterator[None]:
+def _compile_failure_as_skip(case_key: str | None = None) -> Iterator[None]:
     # An inductor crash while compiling is a torch bug of that version: the figure cannot be measured here.
     try:
         yield
     except torch._dynamo.exc.BackendCompilerFailed as error:
-        raise SkipCase(compile_failure_reason(error)) from error
+        reason = compile_failure_reason(error)
+        path = os.environ.get(COMPILE_FAILURES_ENV)
+        if case_key is not None and path:
+            # One short line appended by one write: processes that record at once do not mix their lines.
+            with open(path, "a", encoding="utf-8") as file:
+                file.write(json.dumps({"case": case_key, "reason": reason}) + "\n")
+        raise SkipCase(reason) from error
 
 
 def case(family: str, variant: str, device: str, mode: str, **sizes: Any) -> Case:
@@ -82,7 +103,10 @@ def case(family: str, variant: str, device: str, mode: str, **sizes: Any) -> Cas
     """
     key = (family, variant, device, mode, tuple(sorted(sizes.items())))
     if key not in _CASES:
-        with _compile_failure_as_skip():
+        case_key = json.dumps([torch.__version__, *key[:4], sorted(sizes.items())], default=str)
+        if compiled(mode) and (reason := _failure_recorded(case_key)) is not None:
+            raise SkipCase(reason)
+        with _compile_failure_as_skip(case_key):
             built = build_case(family, variant, device=device, compiled=compiled(mode), **sizes)
             for _ in range(WARMUP_CALLS):
                 built()

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import FrameType
 
 from pitfalls import asv_files
-from pitfalls.grids import chosen_grid
+from pitfalls.grids import COMPILE_FAILURES_ENV, chosen_grid
 from pitfalls.runner import processes, store
 from pitfalls.runner.conf import CONF_NAME, RunnerError, project_paths
 from pitfalls.runner.gate import gated_families
@@ -170,7 +170,10 @@ def _measure(options: JobOptions, stage: Stage, paths: dict[str, Path], suffix: 
     log(f"== machine {record.name} ({facts})")
     run_args = list(options.history) or ["-E", INSTALLED_ENV, "--set-commit-hash", commit_of(options.root)]
     log(f"== asv run {' '.join(run_args + list(options.asv_args))} (grid {grid})")
-    env = dict(os.environ, TMPDIR=str(stage.tmp), PITFALLS_GRID=grid)
+    # The run's benchmark processes share its compile crashes (`COMPILE_FAILURES_ENV`): a case whose compile
+    # crashed is skipped with that reason by the later figures of the run, rather than compiled again for each.
+    env = dict(os.environ, TMPDIR=str(stage.tmp), PITFALLS_GRID=grid,
+               **{COMPILE_FAILURES_ENV: str(stage.path / "compile-failures.jsonl")})
     # The main job's own environment (installed-py<X.Y>-torch<version>) first; history runs take any.
     expected = newest_durations(results_dir, record.name, "installed-*")
     started = time.time()
