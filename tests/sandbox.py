@@ -49,17 +49,26 @@ def git(repo: Path, *args: str) -> str:
     return done.stdout
 
 
-def make_sandbox(dest: Path) -> Path:
-    """Clone this checkout's history into ``dest`` (branch ``main``) and commit the working tree on top of it.
+# What runs write: a sandbox holds HEAD's, whatever the working tree holds.
+COMMITTED_DATA = ("results/", "proof/")
 
-    With the history, a published site can place the committed results' commits next to the new ones.
+
+def make_sandbox(dest: Path, root: Path = ROOT) -> Path:
+    """Clone this checkout's (``root``'s) history into ``dest`` (branch ``main``) and commit its working tree on top,
+    but for ``results/`` and ``proof/``, which stay HEAD's.
+
+    With the history, a published site can place the committed results' commits next to the new ones. The results
+    a user's own main job leaves in the working tree are that user's, not the code under test: committed in the
+    sandbox they would become its committed results, and every page generated from those would read stale.
     """
-    subprocess.run(["git", "clone", "-q", str(ROOT), str(dest)], check=True)
+    subprocess.run(["git", "clone", "-q", str(root), str(dest)], check=True)
     git(dest, "checkout", "-q", "-B", "main")
-    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-co", "--exclude-standard", "-z"],
+    listed = subprocess.run(["git", "-C", str(root), "ls-files", "-co", "--exclude-standard", "-z"],
                             capture_output=True, text=True, check=True).stdout
     for relative in filter(None, listed.split("\0")):
-        source = ROOT / relative
+        if relative.startswith(COMMITTED_DATA):
+            continue
+        source = root / relative
         if source.is_file():
             (dest / relative).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, dest / relative)

@@ -112,6 +112,28 @@ def test_the_committed_inputs_are_heads_without_the_users_files(planted: Path, t
     assert sorted(str(p.relative_to(inputs)) for p in inputs.rglob("*") if p.is_file()) == sorted(tracked)
 
 
+def test_a_sandbox_made_after_a_users_run_holds_heads_results_and_the_working_trees_code(planted: Path,
+                                                                                       tmp_path: Path) -> None:
+    # The tests that run scripts in a sandbox (the main job's, the merge's) make it from the checkout they run in:
+    # after a user's main job, that checkout's working tree holds the user's results, which must not become the
+    # sandbox's committed ones (the committed page tests in it would all read stale).
+    edited = planted / "src" / "pitfalls" / "edited_here.py"
+    edited.write_text('"""An uncommitted module."""\n')
+    try:
+        sandbox = make_sandbox(tmp_path / "sandbox", root=planted)
+    finally:
+        edited.unlink()
+    inputs = head_inputs(tmp_path / "inputs", planted)
+
+    def files(folder: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(folder)): p.read_bytes() for p in (folder / "results").rglob("*") if p.is_file()}
+
+    assert files(sandbox) == files(inputs) and not (sandbox / "results" / USERS).exists()
+    assert (sandbox / "src" / "pitfalls" / "edited_here.py").is_file()
+    assert subprocess.run(["git", "-C", str(sandbox), "status", "--porcelain"], capture_output=True, text=True,
+                          check=True).stdout == ""
+
+
 def test_a_users_run_leaves_the_committed_page_tests_green_and_the_check_names_the_stale_pages(planted: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *PAGE_TESTS],
                           cwd=planted, env=_pytest_env(), capture_output=True, text=True, timeout=600, check=False)
