@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from committed import INPUTS
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = Path(sys.prefix)
@@ -49,10 +50,6 @@ def git(repo: Path, *args: str) -> str:
     return done.stdout
 
 
-# What runs write: a sandbox holds HEAD's, whatever the working tree holds.
-COMMITTED_DATA = ("results/", "proof/")
-
-
 def make_sandbox(dest: Path, root: Path = ROOT) -> Path:
     """Clone this checkout's (``root``'s) history into ``dest`` (branch ``main``) and commit its working tree on top,
     but for ``results/`` and ``proof/``, which stay HEAD's.
@@ -66,7 +63,7 @@ def make_sandbox(dest: Path, root: Path = ROOT) -> Path:
     listed = subprocess.run(["git", "-C", str(root), "ls-files", "-co", "--exclude-standard", "-z"],
                             capture_output=True, text=True, check=True).stdout
     for relative in filter(None, listed.split("\0")):
-        if relative.startswith(COMMITTED_DATA):
+        if relative.split("/", 1)[0] in INPUTS:  # what runs write: HEAD's, whatever the working tree holds
             continue
         source = root / relative
         if source.is_file():
