@@ -61,10 +61,26 @@ def _held_elsewhere(config: pytest.Config, items: list[pytest.Item]) -> None:
         items[:] = [item for item in items if item not in held]
 
 
+# scripts/test's: set for the run that its CUDA-build leg follows.
+LEG_FOLLOWS_ENV = "PITFALLS_CUDA_LEG_FOLLOWS"
+
+
+def _left_to_the_leg(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A test marked left_to_the_leg is about the stack of a GPU machine (the budgeted GPU run's rehearsal): where the
+    # CUDA-build leg follows, which runs it on that stack, the run before it leaves it out rather than run it twice.
+    if os.environ.get(LEG_FOLLOWS_ENV) != "1":
+        return
+    left = [item for item in items if item.get_closest_marker("left_to_the_leg") is not None]
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = [item for item in items if item not in left]
+
+
 # After pytest's own -m and -k selection: a part is left out only where its whole is still selected.
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _held_elsewhere(config, items)
+    _left_to_the_leg(config, items)
     listing = os.environ.get(SERIAL_LIST_ENV)
     if listing:
         serial = [item.nodeid for item in items if item.get_closest_marker("serial") is not None]

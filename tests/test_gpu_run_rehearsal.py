@@ -31,8 +31,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # of two groups, in half a minute (by the costs recorded for cpu).
 BUDGET = 30
 
-# Its asv slices time cases: the machine to itself, as the main job has it. It runs again in the CUDA-build leg.
-pytestmark = [pytest.mark.serial, pytest.mark.cuda_build]
+# Its asv slices time cases and its pieces are stopped at the budget: the machine to itself, as the main job has it.
+# It rehearses the run of a GPU machine, whose torch is the CUDA build: where the test command's CUDA-build leg
+# follows, it runs there alone (left_to_the_leg); else in the run that collects it.
+pytestmark = [pytest.mark.serial, pytest.mark.cuda_build, pytest.mark.left_to_the_leg]
 
 
 @pytest.fixture(scope="module")

@@ -167,7 +167,9 @@ def test_offline_png_files_are_the_naive_resize_exactly(tmp_path):
 def test_one_batch_reproduces_the_articles_byte_table_from_its_tensors(data_cache):
     # 32 RGB images of 512x512 as float32 with int64 masks: 167,772,160 bytes; as uint8 with uint8 masks:
     # 33,554,432 bytes (the article's "167 MB" and "33 MB", 5x less).
-    sizes = {"image_size": 512, "batch": 32, "items": 32}
+    # The tensors are made at the training size from files written at that size (source_scale 1): 4x sources,
+    # 2048 pixels on a side, took most of the test's time to write and are read by no variant used here.
+    sizes = {"image_size": 512, "batch": 32, "items": 32, "source_scale": 1}
     host = loader_probes.batch_step(FAMILY.build("ram_decoded", **sizes))
     images, masks = host.next_batch()
     assert (images.shape, images.dtype, masks.shape, masks.dtype) == (
@@ -595,8 +597,10 @@ def test_a_list_of_bytes_is_copied_into_the_workers_per_item_and_a_packed_buffer
     # read against 0.4 to 1.4 KiB for the packed form (its share of the worker's own churn), at 4096 items: 2048 a
     # worker, so that the steps of a worker's heap (2 to 4 MiB) stay below the list's copies (about 12 MiB a
     # worker). At 1024 items the two forms came within 2 KiB of each other in 1 fresh run of 7. Tolerance: the
-    # list form copies at least 2 KiB more per item read.
-    sizes = {"image_size": 64, "batch": 32, "items": 4096, "num_workers": 2, "model_step": False}
+    # list form copies at least 2 KiB more per item read. ram_encoded reads the files made at the training size,
+    # so the sources are made at that size too (source_scale 1): writing the 4096 items took 5 s instead of 53 s,
+    # and 8 runs read 6.0 to 6.6 KiB per item against -0.1 to 1.0 KiB, as with 4x sources (6.5 against 1.0).
+    sizes = {"image_size": 64, "batch": 32, "items": 4096, "num_workers": 2, "model_step": False, "source_scale": 1}
     done = subprocess.run([sys.executable, "-c", COPY_ON_WRITE, json.dumps(sizes)], capture_output=True, text=True,
                           timeout=600, env={**os.environ, CACHE_ENV: str(data_cache)})
     assert done.returncode == 0, done.stderr[-3000:]

@@ -215,3 +215,34 @@ def test_a_part_held_by_a_collected_test_is_left_out_and_runs_where_that_test_is
 
     assert collected("tests") == ["tests/test_table.py::test_whole"]
     assert collected("tests", "-m", "leg") == ["tests/test_table.py::test_part"]
+
+
+def test_a_test_left_to_the_leg_is_left_out_only_where_the_leg_follows(tmp_path: Path):
+    # The GPU run's rehearsal is about a GPU machine's stack: where scripts/test's CUDA-build leg follows, it runs
+    # there alone; a run the leg does not follow (a selection, PITFALLS_CUDA_LEG=0) runs it, and so does the leg.
+    (tmp_path / "tests").mkdir()
+    for helper in ("conftest.py", "skips.py"):
+        (tmp_path / "tests" / helper).write_text((Path(shuffled.__file__).parent / helper).read_text())
+    (tmp_path / "tests" / "test_stack.py").write_text(textwrap.dedent("""
+        import pytest
+        def test_any_build():
+            pass
+        @pytest.mark.leg
+        @pytest.mark.left_to_the_leg
+        def test_gpu_machines_stack():
+            pass
+    """))
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    leg: the leg\n    left_to_the_leg: the leg's\n")
+    env = {name: value for name, value in os.environ.items()
+           if not name.startswith("PYTEST_") and name != "PITFALLS_CUDA_LEG_FOLLOWS"}
+
+    def collected(follows: str | None, *args: str) -> list[str]:
+        run_env = env if follows is None else {**env, "PITFALLS_CUDA_LEG_FOLLOWS": follows}
+        done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:pitfalls", *args],
+                              cwd=tmp_path, capture_output=True, text=True, check=False, env=run_env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return [line.removeprefix("tests/test_stack.py::") for line in done.stdout.splitlines() if "::" in line]
+
+    assert collected("1", "tests") == ["test_any_build"]
+    assert collected("0", "tests") == collected(None, "tests") == ["test_any_build", "test_gpu_machines_stack"]
+    assert collected("0", "tests", "-m", "leg") == ["test_gpu_machines_stack"]
