@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import shuffled
@@ -189,41 +190,47 @@ def test_both_phases_are_dealt_from_one_collection(tmp_path: Path):
     assert ran["serial"] == "alone" and all(ran[f"spread{i}"].startswith("gw") for i in range(3)), ran
 
 
-def test_a_part_held_by_a_collected_test_is_left_out_and_runs_where_that_test_is_not_selected(tmp_path: Path):
-    # The doctor's calibration rows are a part of the whole table's run: in the whole suite they would run twice,
-    # in the CUDA-build leg's `-m cuda_build` (no whole table) they must run.
+def _marked_project(tmp_path: Path, module: str, markers: str) -> Callable[..., list[str]]:
+    """A project with the suite's conftest and one test module (``module``'s text, with the pytest.ini lines of its
+    ``markers``); returns what ``pytest --collect-only`` collects there (test names) for some arguments and
+    environment variables."""
     (tmp_path / "tests").mkdir()
     for helper in ("conftest.py", "skips.py"):
         (tmp_path / "tests" / helper).write_text((Path(shuffled.__file__).parent / helper).read_text())
-    (tmp_path / "tests" / "test_table.py").write_text(textwrap.dedent("""
+    (tmp_path / "tests" / "test_marked.py").write_text(textwrap.dedent(module))
+    (tmp_path / "pytest.ini").write_text(f"[pytest]\nmarkers =\n{markers}")
+    env = {name: value for name, value in os.environ.items()
+           if not name.startswith("PYTEST_") and name != "PITFALLS_CUDA_LEG_FOLLOWS"}
+
+    def collected(*args: str, **variables: str) -> list[str]:
+        done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:pitfalls", *args],
+                              cwd=tmp_path, capture_output=True, text=True, check=False, env={**env, **variables})
+        assert done.returncode == 0, done.stdout + done.stderr
+        return [line.removeprefix("tests/test_marked.py::") for line in done.stdout.splitlines() if "::" in line]
+
+    return collected
+
+
+def test_a_part_held_by_a_collected_test_is_left_out_and_runs_where_that_test_is_not_selected(tmp_path: Path):
+    # The doctor's calibration rows are a part of the whole table's run: in the whole suite they would run twice,
+    # in the CUDA-build leg's `-m cuda_build` (no whole table) they must run.
+    collected = _marked_project(tmp_path, """
         import pytest
         def test_whole():
             pass
         @pytest.mark.leg
-        @pytest.mark.held_by("tests/test_table.py::test_whole")
+        @pytest.mark.held_by("tests/test_marked.py::test_whole")
         def test_part():
             pass
-    """))
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    leg: the leg\n    held_by(nodeid): part\n")
-    env = {name: value for name, value in os.environ.items() if not name.startswith("PYTEST_")}
-
-    def collected(*args: str) -> list[str]:
-        done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:pitfalls", *args],
-                              cwd=tmp_path, capture_output=True, text=True, check=False, env=env)
-        assert done.returncode == 0, done.stdout + done.stderr
-        return [line for line in done.stdout.splitlines() if "::" in line]
-
-    assert collected("tests") == ["tests/test_table.py::test_whole"]
-    assert collected("tests", "-m", "leg") == ["tests/test_table.py::test_part"]
+    """, "    leg: the leg\n    held_by(nodeid): part\n")
+    assert collected("tests") == ["test_whole"]
+    assert collected("tests", "-m", "leg") == ["test_part"]
 
 
 def test_a_test_left_to_the_leg_is_left_out_only_where_the_leg_follows(tmp_path: Path):
     # The GPU run's rehearsal is about a GPU machine's stack: where scripts/test's CUDA-build leg follows, it runs
     # there alone; a run the leg does not follow (a selection, PITFALLS_CUDA_LEG=0) runs it, and so does the leg.
-    (tmp_path / "tests").mkdir()
-    for helper in ("conftest.py", "skips.py"):
-        (tmp_path / "tests" / helper).write_text((Path(shuffled.__file__).parent / helper).read_text())
-    (tmp_path / "tests" / "test_stack.py").write_text(textwrap.dedent("""
+    collected = _marked_project(tmp_path, """
         import pytest
         def test_any_build():
             pass
@@ -231,18 +238,8 @@ def test_a_test_left_to_the_leg_is_left_out_only_where_the_leg_follows(tmp_path:
         @pytest.mark.left_to_the_leg
         def test_gpu_machines_stack():
             pass
-    """))
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    leg: the leg\n    left_to_the_leg: the leg's\n")
-    env = {name: value for name, value in os.environ.items()
-           if not name.startswith("PYTEST_") and name != "PITFALLS_CUDA_LEG_FOLLOWS"}
-
-    def collected(follows: str | None, *args: str) -> list[str]:
-        run_env = env if follows is None else {**env, "PITFALLS_CUDA_LEG_FOLLOWS": follows}
-        done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:pitfalls", *args],
-                              cwd=tmp_path, capture_output=True, text=True, check=False, env=run_env)
-        assert done.returncode == 0, done.stdout + done.stderr
-        return [line.removeprefix("tests/test_stack.py::") for line in done.stdout.splitlines() if "::" in line]
-
-    assert collected("1", "tests") == ["test_any_build"]
-    assert collected("0", "tests") == collected(None, "tests") == ["test_any_build", "test_gpu_machines_stack"]
-    assert collected("0", "tests", "-m", "leg") == ["test_gpu_machines_stack"]
+    """, "    leg: the leg\n    left_to_the_leg: the leg's\n")
+    assert collected("tests", PITFALLS_CUDA_LEG_FOLLOWS="1") == ["test_any_build"]
+    both = ["test_any_build", "test_gpu_machines_stack"]
+    assert collected("tests", PITFALLS_CUDA_LEG_FOLLOWS="0") == collected("tests") == both
+    assert collected("tests", "-m", "leg", PITFALLS_CUDA_LEG_FOLLOWS="0") == ["test_gpu_machines_stack"]
