@@ -39,9 +39,10 @@ ENV PITFALLS_TORCH=none \
     PITFALLS_IMAGE=${BASE_IMAGE} \
     PIP_NO_CACHE_DIR=1 \
     HOME=/home/pitfalls
+# The image runs the main job: the venv holds what asv needs (the bench extra), not the test tools.
 # Every place a run writes is open to any uid: asv's staging and environment folder, results/ and html/ when they
 # are not mounted, and HOME. The venv and the checkout stay read-only to other uids, which is all a run needs.
-RUN bash scripts/bootstrap \
+RUN PITFALLS_EXTRAS=bench bash scripts/bootstrap \
     && mkdir -p .asv results html \
     && chmod -R a+rwX .asv results html "$HOME"
 

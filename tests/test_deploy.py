@@ -214,7 +214,8 @@ def test_a_task_refuses_a_shared_venv_made_from_another_pyproject(tmp_path):
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines() == [
         f"error: {other} was not made by this scripts/bootstrap from this pyproject.toml with "
-        f"PITFALLS_TORCH=torch==2.13.0; make it with: PITFALLS_VENV={other} bash scripts/bootstrap"]
+        f"PITFALLS_TORCH=torch==2.13.0 and the extras test,bench; make it with: PITFALLS_VENV={other} bash "
+        "scripts/bootstrap"]
     # Nothing installed into it, nothing measured, the job's scratch folder removed.
     assert sorted(p.name for p in other.iterdir()) == [".pitfalls-installed", "bin"]
     assert not list((tmp_path / "fleet" / "results-0").iterdir()) and not list(tmp_path.glob("pitfalls-job.*"))
