@@ -87,12 +87,16 @@ def test_the_anatomy_of_the_pipeline_is_exact_and_both_tensors_fit_uint8(step_ms
     assert data["bytes_per_batch"] - data["bytes_per_batch_if_smaller"] == b * s * s * (3 * 3 + 7)
     assert data["in_flight_bytes"] == {"0": 0, str(pipeline.WORKERS):
                                        pipeline.WORKERS * pipeline.PREFETCH * data["bytes_per_batch"]}
-    # The process group's memory: the main process alone at num_workers=0, with its worker at 1 (PSS counts a
-    # shared page once; the sampler is calibrated by the calibration family's group-memory rows).
+    # The process group's memory: the main process alone at num_workers=0, with its worker at 1, whose batches in
+    # flight are in shared memory (the sampler is calibrated by the calibration family's group-memory rows). The two
+    # runs' PSS are not compared: in a pytest worker that earlier tests had grown to 554 MB (800 MB on the CUDA
+    # build), the main process's own peak moved between the runs by more than the forked worker added, and the run
+    # with the worker read 85 KB (20 MB) less; in a fresh process it read 17 MB more.
     memory = data["peak_memory"]
-    assert memory["workers=0 pin=off"]["processes"] == 1 + others
-    assert memory[f"workers={pipeline.WORKERS} pin=off"]["processes"] == 1 + others + pipeline.WORKERS
-    assert memory[f"workers={pipeline.WORKERS} pin=off"]["pss"] > memory["workers=0 pin=off"]["pss"] > 0
+    alone, with_worker = memory["workers=0 pin=off"], memory[f"workers={pipeline.WORKERS} pin=off"]
+    assert alone["processes"] == 1 + others and with_worker["processes"] == 1 + others + pipeline.WORKERS
+    assert alone["pss"] > 0 and with_worker["pss"] > 0
+    assert with_worker["shm"] > 0 == alone["shm"], memory
     for key in ("tensors", "samples_per_second", "ceiling_samples_per_second", "wait_share", "verdict",
                 "peak_memory", "copy_on_write_per_item", "advice"):
         assert key in data
