@@ -88,7 +88,8 @@ def test_the_anatomy_of_the_pipeline_is_exact_and_both_tensors_fit_uint8(step_ms
     assert data["in_flight_bytes"] == {"0": 0, str(pipeline.WORKERS):
                                        pipeline.WORKERS * pipeline.PREFETCH * data["bytes_per_batch"]}
     # The process group's memory: the main process alone at num_workers=0, with its worker at 1, whose batches in
-    # flight are in shared memory (the sampler is calibrated by the calibration family's group-memory rows). The two
+    # flight add to the shared memory the group maps (135 to 164 KB more, over 0 to 4 KB an earlier test's segment
+    # left mapped; the sampler is calibrated by the calibration family's group-memory rows). The two
     # runs' PSS are not compared: in a pytest worker that earlier tests had grown to 554 MB (800 MB on the CUDA
     # build), the main process's own peak moved between the runs by more than the forked worker added, and the run
     # with the worker read 85 KB (20 MB) less; in a fresh process it read 17 MB more.
@@ -96,7 +97,7 @@ def test_the_anatomy_of_the_pipeline_is_exact_and_both_tensors_fit_uint8(step_ms
     alone, with_worker = memory["workers=0 pin=off"], memory[f"workers={pipeline.WORKERS} pin=off"]
     assert alone["processes"] == 1 + others and with_worker["processes"] == 1 + others + pipeline.WORKERS
     assert alone["pss"] > 0 and with_worker["pss"] > 0
-    assert with_worker["shm"] > 0 == alone["shm"], memory
+    assert with_worker["shm"] > alone["shm"] >= 0, memory
     for key in ("tensors", "samples_per_second", "ceiling_samples_per_second", "wait_share", "verdict",
                 "peak_memory", "copy_on_write_per_item", "advice"):
         assert key in data
