@@ -55,10 +55,15 @@ def _held_elsewhere(config: pytest.Config, items: list[pytest.Item]) -> None:
     # A test marked held_by(node id) runs a part of that test's work, for a run that does not select it (the
     # CUDA-build leg's `-m cuda_build`): where both are collected, the part is deselected, not run twice.
     collected = {item.nodeid for item in items}
-    held = [item for item in items if (marker := item.get_closest_marker("held_by")) and marker.args[0] in collected]
-    if held:
-        config.hook.pytest_deselected(items=held)
-        items[:] = [item for item in items if item not in held]
+    _deselect(config, items, [item for item in items
+                               if (marker := item.get_closest_marker("held_by")) and marker.args[0] in collected])
+
+
+def _deselect(config: pytest.Config, items: list[pytest.Item], left: list[pytest.Item]) -> None:
+    """Leave ``left`` out of ``items``, reported as deselected."""
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = [item for item in items if item not in left]
 
 
 # scripts/test's: set for the run that its CUDA-build leg follows.
@@ -70,10 +75,7 @@ def _left_to_the_leg(config: pytest.Config, items: list[pytest.Item]) -> None:
     # CUDA-build leg follows, which runs it on that stack, the run before it leaves it out rather than run it twice.
     if os.environ.get(LEG_FOLLOWS_ENV) != "1":
         return
-    left = [item for item in items if item.get_closest_marker("left_to_the_leg") is not None]
-    if left:
-        config.hook.pytest_deselected(items=left)
-        items[:] = [item for item in items if item not in left]
+    _deselect(config, items, [item for item in items if item.get_closest_marker("left_to_the_leg") is not None])
 
 
 # After pytest's own -m and -k selection: a part is left out only where its whole is still selected.

@@ -25,9 +25,9 @@ GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT
            "GIT_COMMITTER_EMAIL": "t@example.invalid"}
 
 
-def bootstrap_digest(root: Path = ROOT) -> str:
+def bootstrap_digest() -> str:
     """The first field of the stamp scripts/bootstrap writes: what made the venv (pyproject.toml and the script)."""
-    digest = hashlib.sha256((root / "pyproject.toml").read_bytes() + (root / "scripts" / "bootstrap").read_bytes())
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + (ROOT / "scripts" / "bootstrap").read_bytes())
     return digest.hexdigest()[:16]
 
 
