@@ -74,6 +74,25 @@ def test_valid_picks_have_exact_counts_and_obey_the_rules(variant, inputs):
     assert not result.features[~result.valid].any()
 
 
+def test_the_rule_check_tells_items_with_equal_features_apart_by_label_and_count():
+    # Items 0 and 1 share a feature vector and differ in label, as random normal features sometimes do.
+    features = torch.tensor([[0.5], [0.5], [2.0], [3.0]])
+    labels = torch.tensor([1, 0, 1, -1])
+
+    def picks(items: list[int], picked_labels: list[int], vectors: torch.Tensor | None = None) -> list[str]:
+        chosen = features[items] if vectors is None else vectors
+        result = sampler.SampleResult(chosen, torch.tensor(picked_labels), torch.ones(len(items), dtype=torch.bool))
+        return sample_violations(result, features, labels)
+
+    assert picks([0, 1], [1, 0]) == []  # both twins, each with its own label
+    assert picks([1, 2], [0, 1]) == []
+    assert picks([2], [0]) == ["row 0: labels do not match the picked features"]
+    assert picks([2, 2], [1, 1]) == ["row 0: an item was picked twice"]
+    assert picks([0, 0], [1, 1]) == ["row 0: an item was picked twice"]  # one positive twin, taken twice
+    assert picks([3], [-1]) == ["row 0: an item of neither class was picked"]
+    assert picks([0], [1], torch.tensor([[9.0]])) == ["row 0: a picked feature vector is not in the input"]
+
+
 @pytest.mark.parametrize("variant", variants("sampler"))
 def test_each_eligible_item_is_picked_with_equal_probability(variant):
     # 6 positives, 10 negatives, 4 ignored; K = 8 takes 4 of each: 2/3 of positives, 2/5 of negatives each time.
