@@ -136,6 +136,19 @@ def test_speedup_is_over_the_naive_variant_run_eagerly():
     assert (speedup.case.variant, speedup.case.compiled) == ("static", True)
 
 
+def test_the_quick_grid_times_a_compiled_case_on_a_gpu_only_and_says_why():
+    sample = bench_sampler.Sample()
+    assert common.GRID.name == "quick"
+    with pytest.raises(NotImplementedError, match="compiled speedup and compile table measure it"):
+        sample.setup("static", 1000, 1, "cpu", "compiled")
+    assert not hasattr(sample, "case")  # skipped before the case (and inductor) was built
+    sample.setup("static", 1000, 1, "cpu", "eager")
+    assert (sample.case.variant, sample.case.compiled) == ("static", False)
+    if not torch.cuda.is_available():
+        with pytest.raises(NotImplementedError, match="no CUDA device"):
+            sample.setup("static", 1000, 1, "cuda", "compiled")
+
+
 def test_units_name_what_one_call_of_the_family_is():
     assert bench_loss.SyncHazards.track_sync_hazards.unit == "hazards/step"
     assert bench_sampler.SyncHazards.track_sync_hazards.unit == "hazards/call"
@@ -369,7 +382,10 @@ SMOKE = {
     "bench_loss.Cuda.track_cuda_syncs": ["'naive', 4, 64, 'eager'"],
     "bench_loss.Nvml.track_gpu_busy": ["'naive', 4, 64, 'eager'"],
     "bench_sampler.Sample.time_sample": ["'static', 1000, 1, '{device}', 'compiled'"],
+    "bench_sampler.Speedup.track_speedup": ["'static', 1000, 1, '{device}', 'compiled'"],
 }
+# Timed on the quick grid on a GPU only: on a CPU the compiled speedup above reads the compiled case.
+QUICK_CPU_SKIPS = {("bench_sampler.Sample.time_sample", "cpu")}
 CUDA_ONLY = ("bench_loss.Cuda.", "bench_loss.Nvml.")
 
 
@@ -413,6 +429,8 @@ def test_a_quick_asv_run_records_numbers_here_and_skips_for_what_is_missing(tmp_
         assert value is not None, f"{name}({params}) failed"
         if device == "cuda" and not cuda:
             assert math.isnan(value), f"{name}({params}) has {value} without a GPU: it must be skipped (n/a)"
+        elif (name, device) in QUICK_CPU_SKIPS:
+            assert math.isnan(value), f"{name}({params}) has {value}: the quick grid skips it on a CPU"
         else:
             assert math.isfinite(value) and value > 0 or name.endswith("track_sync_hazards"), f"{name}({params})"
     hazards = results["bench_loss.SyncHazards.track_sync_hazards"]
@@ -422,6 +440,7 @@ def test_a_quick_asv_run_records_numbers_here_and_skips_for_what_is_missing(tmp_
     assert hazards[0][labels.index("'ignore_index', 4, 64, 'cpu'")] == 0
     if not cuda:
         assert "asv: skipped: NotImplementedError('no CUDA device')" in done.stdout
+    assert f"asv: skipped: NotImplementedError({shapes.QUICK_CPU_COMPILED!r})" in done.stdout
 
 
 
