@@ -554,6 +554,10 @@ def test_batches_in_flight_follow_the_prefetch_formula_not_the_articles(data_cac
         loader_probes.in_flight("naive", "cpu", num_workers=0, **sizes)
 
 
+# With the machine to itself: PSS splits a shared library's pages among every process that maps them, the other test
+# process's and its children's too. In the parallel phase of a run on the CUDA build (the main process 955 MB of
+# RSS, most of it library pages), the two-worker group read 15 MB below the one-worker group.
+@pytest.mark.serial
 def test_memory_held_grows_with_the_workers_and_pss_counts_shared_pages_once(data_cache):
     sizes = {"image_size": 64, "batch": 8, "items": 16}
     # A child of this process that is not the loader's (as a resource tracker or a compile pool left by earlier
